@@ -1,0 +1,223 @@
+package wire_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"testing"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// ipFields returns the ICRC-covered header fields of a golden datagram as a
+// UDP socket would know them, plus the real IPv4 ID and flags.
+func ipFields(g *golden) wire.IPFields {
+	f := wire.IPFields{Src: g.d.Src, Dst: g.d.Dst, SrcPort: g.d.SrcPort, DstPort: g.d.DstPort}
+	if !g.d.IPv6 {
+		f.ID = binary.BigEndian.Uint16(g.d.IP[4:])
+		f.FlagsFrag = binary.BigEndian.Uint16(g.d.IP[6:])
+	}
+	return f
+}
+
+func TestICRCGolden(t *testing.T) {
+	v4, v6 := 0, 0
+	for _, g := range goldenPackets(t) {
+		computed, stored, err := wire.ICRCOfIP(g.d.IP)
+		if err != nil {
+			t.Fatalf("%s: %v", g.name(), err)
+		}
+		if computed != stored {
+			t.Errorf("%s: ICRC from the IP packet %08x, stored %08x", g.name(), computed, stored)
+		}
+		f := ipFields(&g)
+		body := g.d.Payload[:len(g.d.Payload)-wire.ICRCLen]
+		if got := f.ICRC(body); got != stored {
+			t.Errorf("%s: ICRC from socket fields %08x, stored %08x", g.name(), got, stored)
+		}
+		if g.d.IPv6 {
+			v6++
+		} else {
+			v4++
+		}
+	}
+	if v4 == 0 || v6 == 0 {
+		t.Errorf("golden set has %d IPv4 and %d IPv6 packets; want both", v4, v6)
+	}
+}
+
+// TestRecoverIPv4IDGolden recovers rxe's changing IP ID of every IPv4
+// golden packet from its ICRC alone, as a UDP-socket receiver must.
+func TestRecoverIPv4IDGolden(t *testing.T) {
+	ids := map[uint16]bool{}
+	for _, g := range goldenPackets(t) {
+		if g.d.IPv6 {
+			continue
+		}
+		f := ipFields(&g)
+		want := f.ID
+		f.ID = 0xdead // ignored
+		got, ok := wire.RecoverIPv4ID(&f, g.d.Payload)
+		if !ok || got != want {
+			t.Errorf("%s: recovered ID %d (ok=%v), want %d", g.name(), got, ok, want)
+		}
+		ids[want] = true
+	}
+	if len(ids) < 100 {
+		t.Errorf("only %d distinct IP IDs in the golden set; the test needs rxe's changing IDs", len(ids))
+	}
+}
+
+// TestRecoverIPv4IDRejects: a corrupted packet must not find an ID that
+// excuses it, except with probability 2^-16 per packet.
+func TestRecoverIPv4IDRejects(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	accepted, tried := 0, 0
+	for _, g := range goldenPackets(t) {
+		if g.d.IPv6 {
+			continue
+		}
+		f := ipFields(&g)
+		pkt := bytes.Clone(g.d.Payload)
+		i := rng.IntN(len(pkt))
+		pkt[i] ^= 1 << rng.IntN(8)
+		if i == 4 { // BTH byte 4 is masked: the flip does not count
+			continue
+		}
+		tried++
+		if _, ok := wire.RecoverIPv4ID(&f, pkt); ok {
+			accepted++
+		}
+	}
+	if accepted > 0 {
+		t.Errorf("%d of %d corrupted packets found an IP ID that made their ICRC correct", accepted, tried)
+	}
+}
+
+func TestRecoverIPv4IDRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		n := 16 + 4*rng.IntN(1100)
+		pkt := make([]byte, n)
+		for i := range pkt {
+			pkt[i] = byte(rng.Uint32())
+		}
+		f := wire.IPFields{
+			Src: netip.AddrFrom4([4]byte{127, 0, 0, byte(rng.Uint32())}), Dst: netip.AddrFrom4([4]byte{127, 0, 0, 2}),
+			SrcPort: uint16(rng.Uint32()), DstPort: wire.UDPPort, ID: uint16(rng.Uint32()), FlagsFrag: wire.DF,
+		}
+		wire.PutICRC(pkt, f.ICRC(pkt[:n-wire.ICRCLen]))
+		want := f.ID
+		got, ok := wire.RecoverIPv4ID(&f, pkt)
+		if !ok || got != want {
+			t.Fatalf("len %d: recovered %d (ok=%v), want %d", n, got, ok, want)
+		}
+	}
+}
+
+// icrcMasked reports whether byte i of a RoCEv2 IP packet (with an IP
+// header of ipLen bytes) is left out of the ICRC, wholly or in part.
+func icrcMasked(i, ipLen int, v6 bool) bool {
+	switch {
+	case v6 && i < 4: // version is covered, class and flow label are not
+		return i != 0
+	case v6 && i == 7: // hop limit
+		return true
+	case !v6 && (i == 1 || i == 8 || i == 10 || i == 11): // TOS, TTL, checksum
+		return true
+	case i == ipLen+6 || i == ipLen+7: // UDP checksum
+		return true
+	case i == ipLen+wire.UDPLen+4: // BTH FECN, BECN, resv6a
+		return true
+	}
+	return false
+}
+
+// TestICRCDetectsEveryBitFlip flips, one at a time, every bit the ICRC
+// covers in the headers and the tail of every golden packet, and a seeded
+// sample of payload bits, and expects the ICRC to fail each time. Bits of
+// masked fields are flipped too and must not change the ICRC.
+func TestICRCDetectsEveryBitFlip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	flips := 0
+	for _, g := range goldenPackets(t) {
+		ip := bytes.Clone(g.d.IP)
+		ipLen := g.d.IPHeaderLen
+		positions := []int{}
+		for i := range min(len(ip), ipLen+wire.UDPLen+wire.BTHLen+wire.AtomicETHLen) {
+			positions = append(positions, i)
+		}
+		for i := max(len(ip)-8, 0); i < len(ip); i++ {
+			positions = append(positions, i)
+		}
+		for range 16 {
+			positions = append(positions, rng.IntN(len(ip)))
+		}
+		for _, i := range positions {
+			for bit := range 8 {
+				if g.d.IPv6 && i == 0 && bit < 4 { // traffic class high nibble
+					continue
+				}
+				ip[i] ^= 1 << bit
+				computed, stored, err := wire.ICRCOfIP(ip)
+				detected := err != nil || computed != stored
+				if masked := icrcMasked(i, ipLen, g.d.IPv6); masked && detected {
+					t.Errorf("%s: flipping masked byte %d bit %d changed the ICRC", g.name(), i, bit)
+				} else if !masked && !detected {
+					t.Errorf("%s: flipping byte %d bit %d went unnoticed", g.name(), i, bit)
+				}
+				ip[i] ^= 1 << bit
+				flips++
+			}
+		}
+	}
+	t.Logf("%d single-bit flips checked", flips)
+}
+
+func TestICRCAllocs(t *testing.T) {
+	g := goldenPackets(t)[0]
+	f := ipFields(&g)
+	body := g.d.Payload[:len(g.d.Payload)-wire.ICRCLen]
+	if n := testing.AllocsPerRun(100, func() { wire.ICRCOfIP(g.d.IP) }); n != 0 {
+		t.Errorf("ICRCOfIP: %v allocations", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { f.ICRC(body) }); n != 0 {
+		t.Errorf("IPFields.ICRC: %v allocations", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { wire.RecoverIPv4ID(&f, g.d.Payload) }); n != 0 {
+		t.Errorf("RecoverIPv4ID: %v allocations", n)
+	}
+}
+
+func BenchmarkICRC(b *testing.B) {
+	for _, size := range []int{64, 1024, 4096} {
+		pkt := make([]byte, wire.BTHLen+wire.RETHLen+size)
+		f := wire.IPFields{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xc000, DstPort: wire.UDPPort, FlagsFrag: wire.DF}
+		b.Run(byteSize(size), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(pkt)))
+			for b.Loop() {
+				f.ICRC(pkt)
+			}
+		})
+	}
+}
+
+func BenchmarkRecoverIPv4ID(b *testing.B) {
+	pkt := make([]byte, wire.BTHLen+1024+wire.ICRCLen)
+	f := wire.IPFields{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xc000, DstPort: wire.UDPPort, ID: 4711, FlagsFrag: wire.DF}
+	wire.PutICRC(pkt, f.ICRC(pkt[:len(pkt)-wire.ICRCLen]))
+	b.ReportAllocs()
+	for b.Loop() {
+		wire.RecoverIPv4ID(&f, pkt)
+	}
+}
+
+func byteSize(n int) string {
+	if n >= 1024 {
+		return strconv.Itoa(n/1024) + "KiB"
+	}
+	return strconv.Itoa(n) + "B"
+}

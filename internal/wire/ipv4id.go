@@ -1,0 +1,104 @@
+package wire
+
+import "math/bits"
+
+// A UDP socket does not see the IPv4 identification field, yet the ICRC
+// covers it, and rxe sends a changing ID. Because a CRC is linear over
+// GF(2), the ID can be recovered instead of guessed: for packets of equal
+// length, CRC(m ^ e) = CRC(m) ^ L(e), where L is the CRC of e with zero
+// initial value and no final inversion. With e confined to the 16 bits of
+// the ID, L(e) is a linear map from 16 bits to 32; CRC-32 detects every
+// burst of up to 32 bits, so the map is injective and the equation
+// L(e) = stored ^ CRC(ID 0) has at most one solution. Solving it is a
+// 16-column Gaussian elimination.
+//
+// What this buys: a packet is accepted only if some ID makes its ICRC
+// correct, so a random corruption survives with probability 2^-16 instead
+// of 2^-32. Receivers that know what ID the peer sends (0 from an
+// unconnected DF socket, or the next value of a counter) can compare the
+// recovered ID with it and regain the full strength.
+
+// RecoverIPv4ID returns the IPv4 identification value with which pkt (BTH
+// through ICRC) carries a correct ICRC, given the other header fields as a
+// UDP socket reports them; f.ID is ignored. ok is false if no ID makes the
+// ICRC correct. It does not allocate.
+func RecoverIPv4ID(f *IPFields, pkt []byte) (id uint16, ok bool) {
+	if len(pkt) < BTHLen+ICRCLen || !f.Src.Is4() {
+		return 0, false
+	}
+	g := *f
+	g.ID = 0
+	body := pkt[:len(pkt)-ICRCLen]
+	d := StoredICRC(pkt) ^ g.ICRC(body)
+	// Bytes of CRC input after the ID field: the rest of the IPv4 header
+	// (14), the UDP header and the packet up to its ICRC.
+	shift := crcShift(IPv4Len - 6 + UDPLen + len(body))
+	var basis [32]struct {
+		vec  uint32
+		comb uint16
+	}
+	var have uint32 // bit b set: basis[b] holds a row whose top bit is b
+	for i := range 16 {
+		v := uint16(1) << i
+		var reg crcReg
+		reg.u16(v)
+		row := crcMul(shift, uint32(reg))
+		comb := v
+		for row != 0 {
+			b := 31 - bits.LeadingZeros32(row)
+			if have&(1<<b) == 0 {
+				basis[b].vec, basis[b].comb = row, comb
+				have |= 1 << b
+				break
+			}
+			row ^= basis[b].vec
+			comb ^= basis[b].comb
+		}
+	}
+	for d != 0 {
+		b := 31 - bits.LeadingZeros32(d)
+		if have&(1<<b) == 0 {
+			return 0, false
+		}
+		d ^= basis[b].vec
+		id ^= basis[b].comb
+	}
+	return id, true
+}
+
+// The CRC register in reflected form holds a polynomial over GF(2) with the
+// coefficient of x^0 in bit 31 and that of x^31 in bit 0; feeding it a zero
+// byte multiplies it by x^8 modulo the CRC-32 polynomial.
+const (
+	crcPoly = 0xedb88320 // x^32 + … + 1, reflected, without x^32
+	crcOne  = 1 << 31    // x^0
+)
+
+// crcMul returns a·b modulo the CRC-32 polynomial, both in reflected form.
+func crcMul(a, b uint32) uint32 {
+	var p uint32
+	for m := uint32(crcOne); m != 0; m >>= 1 {
+		if a&m != 0 {
+			p ^= b
+		}
+		if b&1 != 0 {
+			b = b>>1 ^ crcPoly
+		} else {
+			b >>= 1
+		}
+	}
+	return p
+}
+
+// crcShift returns x^(8n) modulo the CRC-32 polynomial: multiplying a
+// register by it has the effect of feeding n zero bytes.
+func crcShift(n int) uint32 {
+	r, sq := uint32(crcOne), uint32(crcOne>>8) // x^0, x^8
+	for ; n > 0; n >>= 1 {
+		if n&1 != 0 {
+			r = crcMul(r, sq)
+		}
+		sq = crcMul(sq, sq)
+	}
+	return r
+}
