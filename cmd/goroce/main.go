@@ -1,0 +1,50 @@
+// Command goroce is the administration tool of the goroce software RDMA
+// NIC. Today it decodes RoCEv2 captures; later subcommands list devices,
+// show counters and run benchmarks.
+//
+//	goroce decode FILE.pcap...   print one line per RoCEv2 packet and check its ICRC
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+type command struct {
+	name, usage, summary string
+	run                  func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = []command{
+	{"decode", "decode [-q] FILE.pcap...", "print one line per RoCEv2 packet and check its ICRC", runDecode},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "goroce: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: goroce COMMAND [ARGS]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-28s %s\n", c.usage, c.summary)
+	}
+}
