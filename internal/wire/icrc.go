@@ -24,31 +24,48 @@ import (
 // 8 bytes of 0xff.
 var icrcSeed = ^crc32.ChecksumIEEE([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 
-// crcReg is a CRC-32 register fed one byte at a time, for the ~40 bytes of
-// masked headers. The bytes come from values, not from a scratch buffer:
-// crc32.Update keeps a reference to its slice, so a stack buffer passed to
-// it would move to the heap. The payload, already in memory the caller
-// owns, goes through crc32.Update, which uses the CPU's CRC instructions.
-type crcReg uint32
+// maxPrefix is the longest run of bytes the ICRC covers ahead of the BTH's
+// unmasked tail: an IPv4 header with options (60), the UDP header and the
+// BTH (12).
+const maxPrefix = 60 + UDPLen + BTHLen
 
-func (r *crcReg) byte1(b byte) { *r = crcReg(crc32.IEEETable[byte(*r)^b]) ^ *r>>8 }
-func (r *crcReg) u16(v uint16) { r.byte1(byte(v >> 8)); r.byte1(byte(v)) }
-func (r *crcReg) bytes(p []byte) {
-	for _, b := range p {
-		r.byte1(b)
+// The masked headers are copied into a stack array, masked, and fed to the
+// CRC by the code below, eight bytes a step. They cannot go through
+// crc32.Update: it keeps a reference to its slice, which would move the
+// array to the heap. The rest of the packet, already in memory the caller
+// owns, goes through crc32.Update and the CPU's CRC instructions.
+var slicing8 = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := range 256 {
+		for k := 1; k < 8; k++ {
+			v := t[k-1][i]
+			t[k][i] = v>>8 ^ t[0][v&0xff]
+		}
 	}
+	return t
+}()
+
+// crcFeed advances a CRC-32 register (not inverted) over p.
+func crcFeed(r uint32, p []byte) uint32 {
+	for len(p) >= 8 {
+		r ^= binary.LittleEndian.Uint32(p)
+		r = slicing8[7][r&0xff] ^ slicing8[6][r>>8&0xff] ^ slicing8[5][r>>16&0xff] ^ slicing8[4][r>>24] ^
+			slicing8[3][p[4]] ^ slicing8[2][p[5]] ^ slicing8[1][p[6]] ^ slicing8[0][p[7]]
+		p = p[8:]
+	}
+	for _, b := range p {
+		r = slicing8[0][byte(r)^b] ^ r>>8
+	}
+	return r
 }
 
-// finish feeds the BTH with its byte 4 masked and the rest of pkt, and
-// returns the CRC.
-func (r *crcReg) finish(pkt []byte) uint32 {
-	if len(pkt) < BTHLen {
-		r.bytes(pkt)
-		return ^uint32(*r)
-	}
-	r.bytes(pkt[:4])
-	r.byte1(0xff)
-	return crc32.Update(^uint32(*r), crc32.IEEETable, pkt[5:])
+// icrcWith finishes the ICRC: prefix holds the masked IP and UDP headers
+// followed by the packet's BTH, whose byte 4 it masks; the rest of pkt
+// follows.
+func icrcWith(prefix []byte, pkt []byte) uint32 {
+	prefix[len(prefix)-BTHLen+4] = 0xff
+	r := crcFeed(icrcSeed, prefix)
+	return crc32.Update(^r, crc32.IEEETable, pkt[BTHLen:])
 }
 
 // Errors returned by the ICRC functions.
@@ -82,44 +99,50 @@ const DF = 0x4000
 
 // ICRC returns the invariant CRC of pkt (BTH through pad; a trailing ICRC,
 // if present, must be excluded by the caller) sent with these IP and UDP
-// header fields. It does not allocate.
+// header fields. pkt must hold at least a BTH. It does not allocate.
 func (f *IPFields) ICRC(pkt []byte) uint32 {
-	r := crcReg(icrcSeed)
-	f.feedHeaders(&r, len(pkt)+ICRCLen)
-	return r.finish(pkt)
+	var buf [maxPrefix]byte
+	n := f.putHeaders(buf[:], len(pkt)+ICRCLen)
+	n += copy(buf[n:n+BTHLen], pkt)
+	return icrcWith(buf[:n], pkt)
 }
 
-// feedHeaders feeds the masked IP and UDP headers of a datagram whose UDP
-// payload is udpPayloadLen bytes.
-func (f *IPFields) feedHeaders(r *crcReg, udpPayloadLen int) {
+// putHeaders writes the masked IP and UDP headers of a datagram whose UDP
+// payload is udpPayloadLen bytes into b and returns their length.
+func (f *IPFields) putHeaders(b []byte, udpPayloadLen int) int {
 	udpLen := uint16(UDPLen + udpPayloadLen)
+	var n int
 	if f.Src.Is4() {
-		r.byte1(0x45)
-		r.byte1(0xff) // TOS, masked
-		r.u16(IPv4Len + udpLen)
-		r.u16(f.ID)
-		r.u16(f.FlagsFrag)
-		r.byte1(0xff) // TTL, masked
-		r.byte1(17)   // UDP
-		r.u16(0xffff) // header checksum, masked
+		h := b[:IPv4Len]
+		h[0] = 0x45
+		h[1] = 0xff // TOS, masked
+		binary.BigEndian.PutUint16(h[2:], IPv4Len+udpLen)
+		binary.BigEndian.PutUint16(h[4:], f.ID)
+		binary.BigEndian.PutUint16(h[6:], f.FlagsFrag)
+		h[8] = 0xff               // TTL, masked
+		h[9] = 17                 // UDP
+		h[10], h[11] = 0xff, 0xff // header checksum, masked
 		s, d := f.Src.As4(), f.Dst.As4()
-		r.bytes(s[:])
-		r.bytes(d[:])
+		copy(h[12:16], s[:])
+		copy(h[16:20], d[:])
+		n = IPv4Len
 	} else {
-		r.byte1(0x6f) // version 6; traffic class and flow label masked
-		r.byte1(0xff)
-		r.u16(0xffff)
-		r.u16(udpLen)
-		r.byte1(17)   // UDP
-		r.byte1(0xff) // hop limit, masked
+		h := b[:IPv6Len]
+		h[0], h[1], h[2], h[3] = 0x6f, 0xff, 0xff, 0xff // version 6; class and flow label masked
+		binary.BigEndian.PutUint16(h[4:], udpLen)
+		h[6] = 17   // UDP
+		h[7] = 0xff // hop limit, masked
 		s, d := f.Src.As16(), f.Dst.As16()
-		r.bytes(s[:])
-		r.bytes(d[:])
+		copy(h[8:24], s[:])
+		copy(h[24:40], d[:])
+		n = IPv6Len
 	}
-	r.u16(f.SrcPort)
-	r.u16(f.DstPort)
-	r.u16(udpLen)
-	r.u16(0xffff) // UDP checksum, masked
+	u := b[n : n+UDPLen]
+	binary.BigEndian.PutUint16(u[0:], f.SrcPort)
+	binary.BigEndian.PutUint16(u[2:], f.DstPort)
+	binary.BigEndian.PutUint16(u[4:], udpLen)
+	u[6], u[7] = 0xff, 0xff // checksum, masked
+	return n + UDPLen
 }
 
 // ICRCOfIP returns the invariant CRC of a RoCEv2 packet given as its whole
@@ -134,27 +157,17 @@ func ICRCOfIP(ip []byte) (computed, stored uint32, err error) {
 	if len(ip) < ipLen+UDPLen+BTHLen+ICRCLen {
 		return 0, 0, ErrIPShort
 	}
-	r := crcReg(icrcSeed)
+	var buf [maxPrefix]byte
+	n := copy(buf[:], ip[:ipLen+UDPLen+BTHLen])
 	if ip[0]>>4 == 4 {
-		r.byte1(ip[0])
-		r.byte1(0xff) // TOS
-		r.bytes(ip[2:8])
-		r.byte1(0xff) // TTL
-		r.byte1(ip[9])
-		r.u16(0xffff) // header checksum
-		r.bytes(ip[12:ipLen])
+		buf[1], buf[8], buf[10], buf[11] = 0xff, 0xff, 0xff, 0xff // TOS, TTL, checksum
 	} else {
-		r.byte1(ip[0] | 0x0f) // traffic class and flow label
-		r.byte1(0xff)
-		r.u16(0xffff)
-		r.bytes(ip[4:7])
-		r.byte1(0xff) // hop limit
-		r.bytes(ip[8:ipLen])
+		buf[0] |= 0x0f // traffic class, flow label, hop limit
+		buf[1], buf[2], buf[3], buf[7] = 0xff, 0xff, 0xff, 0xff
 	}
-	r.bytes(ip[ipLen : ipLen+6])
-	r.u16(0xffff) // UDP checksum
+	buf[ipLen+6], buf[ipLen+7] = 0xff, 0xff // UDP checksum
 	end := len(ip) - ICRCLen
-	return r.finish(ip[ipLen+UDPLen : end]), binary.LittleEndian.Uint32(ip[end:]), nil
+	return icrcWith(buf[:n], ip[ipLen+UDPLen:end]), binary.LittleEndian.Uint32(ip[end:]), nil
 }
 
 // ipHeaderLen checks that ip starts with an IPv4 or IPv6 header for UDP and

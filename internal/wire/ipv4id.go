@@ -38,22 +38,30 @@ func RecoverIPv4ID(f *IPFields, pkt []byte) (id uint16, ok bool) {
 		comb uint16
 	}
 	var have uint32 // bit b set: basis[b] holds a row whose top bit is b
-	for i := range 16 {
-		v := uint16(1) << i
-		var reg crcReg
-		reg.u16(v)
-		row := crcMul(shift, uint32(reg))
-		comb := v
-		for row != 0 {
-			b := 31 - bits.LeadingZeros32(row)
+	// The ID's last bit on the wire (bit 7 of its second byte; the CRC
+	// takes each byte least significant bit first) is followed by shift
+	// zero bytes; each earlier bit is followed by one more zero bit, which
+	// multiplies its contribution by x once more.
+	row := crcMul(shift, crcFeed(0, []byte{0, 0x80}))
+	for p := 15; p >= 0; p-- {
+		var comb uint16
+		if p >= 8 {
+			comb = 1 << (p - 8) // the second byte: ID bits 0..7
+		} else {
+			comb = 1 << (p + 8) // the first byte: ID bits 8..15
+		}
+		v := row
+		for v != 0 {
+			b := 31 - bits.LeadingZeros32(v)
 			if have&(1<<b) == 0 {
-				basis[b].vec, basis[b].comb = row, comb
+				basis[b].vec, basis[b].comb = v, comb
 				have |= 1 << b
 				break
 			}
-			row ^= basis[b].vec
+			v ^= basis[b].vec
 			comb ^= basis[b].comb
 		}
+		row = crcMulX(row)
 	}
 	for d != 0 {
 		b := 31 - bits.LeadingZeros32(d)
@@ -90,15 +98,31 @@ func crcMul(a, b uint32) uint32 {
 	return p
 }
 
+// crcMulX returns a·x modulo the CRC-32 polynomial.
+func crcMulX(a uint32) uint32 {
+	if a&1 != 0 {
+		return a>>1 ^ crcPoly
+	}
+	return a >> 1
+}
+
+// xPow8 holds x^(8·2^j) modulo the CRC-32 polynomial.
+var xPow8 = func() (t [32]uint32) {
+	t[0] = crcOne >> 8 // x^8
+	for j := 1; j < len(t); j++ {
+		t[j] = crcMul(t[j-1], t[j-1])
+	}
+	return t
+}()
+
 // crcShift returns x^(8n) modulo the CRC-32 polynomial: multiplying a
 // register by it has the effect of feeding n zero bytes.
 func crcShift(n int) uint32 {
-	r, sq := uint32(crcOne), uint32(crcOne>>8) // x^0, x^8
-	for ; n > 0; n >>= 1 {
+	r := uint32(crcOne)
+	for j := 0; n > 0; j, n = j+1, n>>1 {
 		if n&1 != 0 {
-			r = crcMul(r, sq)
+			r = crcMul(r, xPow8[j])
 		}
-		sq = crcMul(sq, sq)
 	}
 	return r
 }
