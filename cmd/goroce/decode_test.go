@@ -1,18 +1,20 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/internal/golden"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -20,9 +22,9 @@ const pcapDir = "../../testdata/pcaps"
 
 func goldenFiles(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(pcapDir, "*.pcap"))
-	if err != nil || len(files) < 20 {
-		t.Fatalf("golden pcaps in %s: %v (%d files)", pcapDir, err, len(files))
+	files, err := golden.Pcaps()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return files
 }
@@ -36,35 +38,17 @@ func runCmd(args ...string) (stdout, stderr string, code int) {
 // lineRE matches a packet line of `goroce decode`.
 var lineRE = regexp.MustCompile(`^(\d+) (\S+) → (\S+) (RC|UC|UD|CNP) (\S+) qpn=0x([0-9a-f]{6}) psn=(\d+) ackreq=([01]) len=(\d+)(.*) icrc=(OK|BAD)$`)
 
-// checkerRE matches the independent ICRC checker's lines in DECODE.txt.
-var checkerRE = regexp.MustCompile(`^(\S+\.pcap) #(\d+)\s+(\S+) -> (\S+) (\S+)\s+qpn=0x([0-9a-f]+) psn=(\d+)\s+len=(\d+)\s+icrc=[0-9a-f]{8} OK$`)
-
-// checkerNames maps the checker's short operation names to ours.
-var checkerNames = map[string]string{
-	"SEND_ONLY": "SEND_ONLY", "SEND_FIRST": "SEND_FIRST", "SEND_MIDDLE": "SEND_MIDDLE", "SEND_LAST": "SEND_LAST",
-	"WRITE_ONLY": "RDMA_WRITE_ONLY", "WRITE_FIRST": "RDMA_WRITE_FIRST", "WRITE_MIDDLE": "RDMA_WRITE_MIDDLE",
-	"WRITE_LAST": "RDMA_WRITE_LAST", "READ_REQ": "RDMA_READ_REQUEST", "READ_RESP_FIRST": "RDMA_READ_RESPONSE_FIRST",
-	"READ_RESP_MIDDLE": "RDMA_READ_RESPONSE_MIDDLE", "READ_RESP_LAST": "RDMA_READ_RESPONSE_LAST",
-	"READ_RESP_ONLY": "RDMA_READ_RESPONSE_ONLY", "ACK": "ACKNOWLEDGE", "ATOMIC_ACK": "ATOMIC_ACKNOWLEDGE",
-	"CMP_SWAP": "COMPARE_SWAP", "FETCH_ADD": "FETCH_ADD",
-}
-
-// TestDecodeGolden decodes every golden capture and compares each line with
-// the independent checker's line for the same frame in DECODE.txt.
 func TestDecodeGolden(t *testing.T) {
-	want := map[string][]string{}
-	f, err := os.Open(filepath.Join(pcapDir, "DECODE.txt"))
+	decode, err := golden.Decode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if m := checkerRE.FindStringSubmatch(sc.Text()); m != nil {
-			want[m[1]+"#"+m[2]] = m
+	want := map[string]golden.Packet{}
+	for _, pkts := range decode {
+		for _, p := range pkts {
+			want[p.Name()] = p
 		}
 	}
-	f.Close()
-
 	total := 0
 	for _, path := range goldenFiles(t) {
 		out, errOut, code := runCmd("decode", path)
@@ -82,15 +66,15 @@ func TestDecodeGolden(t *testing.T) {
 				t.Errorf("%s: unexpected line %q", base, line)
 				continue
 			}
-			w := want[base+"#"+m[1]]
-			if w == nil {
+			w, ok := want[base+"#"+m[1]]
+			if !ok {
 				t.Errorf("%s: frame %s is not in DECODE.txt", base, m[1])
 				continue
 			}
-			tr, op, _ := strings.Cut(w[5], "_")
-			if m[2] != w[3] || m[3] != w[4] || m[4] != tr || m[5] != checkerNames[op] ||
-				strings.TrimLeft(m[6], "0") != strings.TrimLeft(w[6], "0") || m[7] != w[7] || m[11] != "OK" {
-				t.Errorf("%s: line\n  %s\ndisagrees with DECODE.txt\n  %s", base, line, w[0])
+			tr, name := w.Opcode()
+			if m[2] != w.Src.String() || m[3] != w.Dst.String() || m[4] != tr || m[5] != name ||
+				m[6] != fmt.Sprintf("%06x", w.QPN) || m[7] != strconv.Itoa(int(w.PSN)) || m[11] != "OK" {
+				t.Errorf("%s: line\n  %s\ndisagrees with DECODE.txt\n  %+v", base, line, w)
 			}
 		}
 	}

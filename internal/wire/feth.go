@@ -25,6 +25,11 @@ func (h FETH) Word() uint32            { return binary.BigEndian.Uint32(h) }
 func (h FETH) PlacementType() uint8    { return uint8(h.Word() & 0xf) }
 func (h FETH) SelectivityLevel() uint8 { return uint8(h.Word()>>4) & 3 }
 
+// Set sets the selectivity level and placement type, clearing the reserved bits.
+func (h FETH) Set(sel, placement uint8) {
+	binary.BigEndian.PutUint32(h, uint32(sel&3)<<4|uint32(placement&0xf))
+}
+
 // Fields returns the header's fields.
 func (h FETH) Fields() FETHFields {
 	return FETHFields{PlacementType: h.PlacementType(), SelectivityLevel: h.SelectivityLevel()}
@@ -37,9 +42,7 @@ type FETHFields struct {
 }
 
 // Encode writes the header into b[:FETHLen].
-func (f *FETHFields) Encode(b []byte) {
-	binary.BigEndian.PutUint32(b[:FETHLen], uint32(f.SelectivityLevel&3)<<4|uint32(f.PlacementType&0xf))
-}
+func (f *FETHFields) Encode(b []byte) { FETH(b[:FETHLen]).Set(f.SelectivityLevel, f.PlacementType) }
 
 // AtomicWriteLen is the payload length of an ATOMIC_WRITE request: one
 // 8-byte value placed atomically at the RETH's address.

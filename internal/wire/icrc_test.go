@@ -13,7 +13,7 @@ import (
 
 // ipFields returns the ICRC-covered header fields of a golden datagram as a
 // UDP socket would know them, plus the real IPv4 ID and flags.
-func ipFields(g *golden) wire.IPFields {
+func ipFields(g *capturedPkt) wire.IPFields {
 	f := wire.IPFields{Src: g.d.Src, Dst: g.d.Dst, SrcPort: g.d.SrcPort, DstPort: g.d.DstPort}
 	if !g.d.IPv6 {
 		f.ID = binary.BigEndian.Uint16(g.d.IP[4:])
