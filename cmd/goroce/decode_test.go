@@ -43,12 +43,7 @@ func TestDecodeGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]golden.Packet{}
-	for _, pkts := range decode {
-		for _, p := range pkts {
-			want[p.Name()] = p
-		}
-	}
+	want := golden.ByName(decode)
 	total := 0
 	for _, path := range goldenFiles(t) {
 		out, errOut, code := runCmd("decode", path)

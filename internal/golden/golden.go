@@ -215,3 +215,14 @@ func (p *Packet) Opcode() (transport, name string) {
 	transport, op, _ := strings.Cut(p.Op, "_")
 	return transport, checkerOps[op]
 }
+
+// ByName indexes a Decode result by Packet.Name.
+func ByName(d map[string][]Packet) map[string]Packet {
+	m := make(map[string]Packet, Count(d))
+	for _, pkts := range d {
+		for _, p := range pkts {
+			m[p.Name()] = p
+		}
+	}
+	return m
+}

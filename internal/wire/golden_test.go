@@ -77,12 +77,7 @@ func TestGoldenAgreesWithDecodeTxt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]golden.Packet{}
-	for _, pkts := range decode {
-		for _, p := range pkts {
-			want[p.Name()] = p
-		}
-	}
+	want := golden.ByName(decode)
 	pkts := goldenPackets(t)
 	if len(pkts) != len(want) {
 		t.Errorf("found %d RoCEv2 packets in the pcaps, DECODE.txt lists %d", len(pkts), len(want))
