@@ -37,7 +37,7 @@ type registration struct {
 	// still registered (Deregister and Reregister accept it).
 	invalidated bool
 	handle      *Region // the Region Register returned
-	view   *Region // the Region lookups return; its g is this registration
+	view        *Region // the Region lookups return; its g is this registration
 }
 
 // LKey returns the local key, used in SGEs.
