@@ -1,0 +1,162 @@
+package link
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// checkNoLeaks fails the test if it ends with more goroutines than it began.
+func checkNoLeaks(t testing.TB) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(3 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<16)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Errorf("goroutines: %d at start, %d at end:\n%s", before, runtime.NumGoroutine(), buf)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// buildPacket writes an RC SEND ONLY packet to qpn with psn and a payload of
+// n bytes derived from seed into b, with room for the ICRC, and returns it.
+func buildPacket(b []byte, qpn, psn uint32, n int, seed byte) []byte {
+	payload := make([]byte, n)
+	for i := range payload {
+		payload[i] = seed + byte(i*7)
+	}
+	h := wire.Headers{BTH: wire.BTHFields{Opcode: wire.OpSendOnly, PKey: wire.DefaultPKey, DestQP: qpn, PSN: psn}}
+	return b[:wire.Build(b, &h, payload)]
+}
+
+// batch returns count packets of various sizes (up to a 4096-byte payload)
+// addressed to peer, each in its own buffer of capacity MaxPacket.
+func batch(count int, peer netip.AddrPort) []Packet {
+	pkts := make([]Packet, count)
+	for i := range pkts {
+		size := []int{0, 1, 64, 1000, 1024, 4096}[i%6]
+		pkts[i] = Packet{Buf: buildPacket(make([]byte, MaxPacket), 0x11, uint32(i), size, byte(i)), Peer: peer}
+	}
+	return pkts
+}
+
+// readBufs returns count empty packets with buffers of capacity MaxPacket.
+func readBufs(count int) []Packet {
+	pkts := make([]Packet, count)
+	for i := range pkts {
+		pkts[i].Buf = make([]byte, 0, MaxPacket)
+	}
+	return pkts
+}
+
+// readN reads from l until it has n packets, failing the test after a
+// timeout. The packets are copies.
+func readN(t testing.TB, l Link, n int) []Packet {
+	t.Helper()
+	type result struct {
+		pkts []Packet
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var got []Packet
+		bufs := readBufs(MaxBatch)
+		for len(got) < n {
+			k, err := l.ReadBatch(bufs[:min(len(bufs), n-len(got))])
+			if err != nil {
+				done <- result{got, err}
+				return
+			}
+			for _, p := range bufs[:k] {
+				got = append(got, Packet{Buf: bytes.Clone(p.Buf), Peer: p.Peer})
+			}
+		}
+		done <- result{got, nil}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("ReadBatch after %d of %d packets: %v", len(r.pkts), n, r.err)
+		}
+		return r.pkts
+	case <-time.After(10 * time.Second):
+		l.Close() // unblocks the reader, which then reports the error
+		r := <-done
+		t.Fatalf("timed out: %d of %d packets arrived", len(r.pkts), n)
+		return nil
+	}
+}
+
+// checkReceived verifies that got carries sent's packets in order, from
+// from, each with the ICRC the sender would compute for those addresses.
+func checkReceived(t testing.TB, got, sent []Packet, from netip.AddrPort, to netip.AddrPort) {
+	t.Helper()
+	if len(got) != len(sent) {
+		t.Fatalf("got %d packets, want %d", len(got), len(sent))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i].Buf, sent[i].Buf) {
+			t.Errorf("packet %d: contents differ (len %d, want %d)", i, len(got[i].Buf), len(sent[i].Buf))
+		}
+		if got[i].Peer != from {
+			t.Errorf("packet %d: Peer = %v, want %v", i, got[i].Peer, from)
+		}
+		f := sendFields(from, to)
+		if c, s := f.ICRC(got[i].Buf[:len(got[i].Buf)-4]), wire.StoredICRC(got[i].Buf); c != s {
+			t.Errorf("packet %d: ICRC %08x, want %08x (ID 0, DF)", i, s, c)
+		}
+	}
+}
+
+// wantClosed fails unless err is net.ErrClosed.
+func wantClosed(t testing.TB, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, net.ErrClosed) {
+		t.Errorf("%s: err = %v, want net.ErrClosed", what, err)
+	}
+}
+
+func mustParse(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// freePort returns a UDP port on ip that was free a moment ago: tests never
+// use 4791, so they run beside a real device.
+func freePort(t testing.TB, ip string) netip.AddrPort {
+	t.Helper()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(ip), 0)))
+	if err != nil {
+		t.Skipf("no UDP on %s: %v", ip, err)
+	}
+	defer c.Close()
+	return plain(c.LocalAddr().(*net.UDPAddr).AddrPort())
+}
+
+// udpPair opens two UDP links on free ports of the two IPs.
+func udpPair(t testing.TB, ipA, ipB string) (*UDP, *UDP) {
+	t.Helper()
+	a, err := ListenUDP(UDPConfig{Addr: freePort(t, ipA)})
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ListenUDP(UDPConfig{Addr: freePort(t, ipB)})
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}

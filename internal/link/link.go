@@ -1,0 +1,238 @@
+// Package link moves RoCEv2 packets between a device and the network in
+// batches: UDP sockets on port 4791, or an in-memory pair for tests. A link
+// generates the ICRC of every packet it sends and checks it on every packet it
+// receives, because only it knows the IP and UDP header fields the ICRC covers
+// (IBA Annex A17).
+//
+// A link starts no goroutines. ReadBatch and WriteBatch block the calling
+// goroutine (UDP links wait in the Go netpoller, so no OS thread is held);
+// Close, from any goroutine, makes every blocked and later call return
+// net.ErrClosed. The intended use is one reader goroutine and one or more
+// writer goroutines per link:
+//
+//	reader goroutine ── ReadBatch ──▶ check length and ICRC ──▶ packets to the device
+//	device goroutines ── WriteBatch ─▶ fill ICRC ──▶ sendmmsg, grouped by source port
+//	any goroutine ───── Close ──────▶ closes the sockets; blocked calls return
+//
+// Concurrent ReadBatch calls are serialized, as are concurrent WriteBatch
+// calls; a read and a write proceed in parallel.
+//
+// Buffers always belong to the caller: a link keeps no reference to a
+// Packet or its buffer after a call returns (the memory pair copies each
+// packet into a slot of its own).
+package link
+
+import (
+	"errors"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// MaxPacket is the largest RoCEv2 UDP payload (BTH through ICRC) a link
+// carries: a 4096-byte payload, the longest header stack that precedes it
+// (BTH, RETH and ImmDt: 32 bytes), up to 3 pad bytes and the 4-byte ICRC fit
+// with room to spare; 4352 is 4096 + 256. Read buffers should have at least
+// this capacity.
+const MaxPacket = 4096 + 256
+
+// MaxBatch is the largest number of packets one system call moves. ReadBatch
+// returns at most MaxBatch packets; WriteBatch sends longer batches in several
+// system calls.
+const MaxBatch = 128
+
+// minPacket is the shortest packet a link accepts: a BTH and an ICRC.
+const minPacket = wire.BTHLen + wire.ICRCLen
+
+// Errors returned by WriteBatch for a packet it will not send. The packets
+// before it were sent; the count returned says how many.
+var (
+	ErrPacketSize  = errors.New("link: packet shorter than BTH+ICRC or longer than MaxPacket")
+	ErrAddrFamily  = errors.New("link: destination address family differs from the link's")
+	ErrUnknownPeer = errors.New("link: destination is not the other end of the memory pair")
+)
+
+// Packet is one RoCEv2 packet, the UDP payload from the BTH through the ICRC.
+type Packet struct {
+	// Buf holds BTH through ICRC.
+	//
+	// On write the caller leaves the last 4 bytes as room for the ICRC and
+	// the link fills them: WriteBatch modifies Buf[len(Buf)-4:].
+	//
+	// On read the caller supplies a buffer of capacity at least MaxPacket
+	// (its length is ignored); the link reads into Buf[:cap(Buf)] and
+	// reslices Buf to the packet. A datagram longer than the capacity is
+	// dropped and counted in Stats.Oversized.
+	Buf []byte
+
+	// Peer is the destination on write and the source on read. IPv4
+	// addresses may be given in their IPv4-mapped IPv6 form; a link reports
+	// them unmapped.
+	Peer netip.AddrPort
+
+	// SrcPort is the UDP source port to send from; 0 means the link's own
+	// port. Ignored on read. See SourcePort and FlowSourcePort for the ports
+	// rxe uses.
+	SrcPort uint16
+}
+
+// Stats are a link's counters, a snapshot taken by Link.Stats. Bytes count
+// UDP payload bytes (BTH through ICRC).
+type Stats struct {
+	SentPackets uint64 // packets handed to the network
+	SentBytes   uint64
+	RcvdPackets uint64 // packets returned by ReadBatch
+	RcvdBytes   uint64
+
+	ICRCErrors uint64 // dropped on receive: wrong ICRC (IPv4: no IP ID makes it right)
+	Malformed  uint64 // dropped on receive: shorter than BTH+ICRC, or an unexpected source address family
+	Oversized  uint64 // dropped on receive: longer than the read buffer's capacity
+	SendErrors uint64 // WriteBatch calls that stopped on an error
+
+	// PortFallbacks counts packets sent from the link's own port instead
+	// of their SrcPort, because no socket could be opened for that port
+	// (see UDP).
+	PortFallbacks uint64
+}
+
+// Link is a batched packet interface to the network.
+type Link interface {
+	// ReadBatch blocks until at least one packet has arrived, then fills
+	// up to len(pkts) of them (at most MaxBatch) and returns how many.
+	// Packets with a wrong ICRC and packets too short to hold a BTH and
+	// an ICRC are counted in Stats and dropped, never returned. After
+	// Close it returns net.ErrClosed. With len(pkts) == 0 it returns
+	// (0, nil) at once.
+	//
+	// On return pkts[:n] hold the packets. To pack the good packets to the
+	// front, ReadBatch may exchange the Buf slices of entries of pkts
+	// (never their backing arrays: pkts still holds exactly the buffers
+	// the caller put there).
+	ReadBatch(pkts []Packet) (int, error)
+
+	// WriteBatch fills the ICRC of each packet and sends the packets in
+	// order. It returns how many were sent; if that is fewer than
+	// len(pkts), the error says why pkts[n] was not. It blocks while the
+	// network (or the peer's queue) has no room, and returns
+	// net.ErrClosed after Close.
+	WriteBatch(pkts []Packet) (int, error)
+
+	// LocalAddr returns the address and port the link sends from and
+	// receives on.
+	LocalAddr() netip.AddrPort
+
+	// Stats returns a snapshot of the link's counters.
+	Stats() Stats
+
+	// Close releases the link and unblocks ReadBatch and WriteBatch. It
+	// may be called more than once; later calls do nothing and return nil.
+	Close() error
+}
+
+// counters are the atomic counters behind Stats. Hot paths add once per
+// batch, not once per packet.
+type counters struct {
+	sentPackets, sentBytes atomic.Uint64
+	rcvdPackets, rcvdBytes atomic.Uint64
+	icrcErrors, malformed  atomic.Uint64
+	oversized, sendErrors  atomic.Uint64
+	portFallbacks          atomic.Uint64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		SentPackets:   c.sentPackets.Load(),
+		SentBytes:     c.sentBytes.Load(),
+		RcvdPackets:   c.rcvdPackets.Load(),
+		RcvdBytes:     c.rcvdBytes.Load(),
+		ICRCErrors:    c.icrcErrors.Load(),
+		Malformed:     c.malformed.Load(),
+		Oversized:     c.oversized.Load(),
+		SendErrors:    c.sendErrors.Load(),
+		PortFallbacks: c.portFallbacks.Load(),
+	}
+}
+
+// rxCount tallies one ReadBatch call before it is added to the counters.
+type rxCount struct {
+	packets, bytes, icrc, malformed, oversized uint64
+}
+
+func (c *counters) addRx(r *rxCount) {
+	if r.packets != 0 {
+		c.rcvdPackets.Add(r.packets)
+		c.rcvdBytes.Add(r.bytes)
+	}
+	if r.icrc != 0 {
+		c.icrcErrors.Add(r.icrc)
+	}
+	if r.malformed != 0 {
+		c.malformed.Add(r.malformed)
+	}
+	if r.oversized != 0 {
+		c.oversized.Add(r.oversized)
+	}
+}
+
+func (c *counters) addTx(packets, bytes uint64, err error) {
+	if packets != 0 {
+		c.sentPackets.Add(packets)
+		c.sentBytes.Add(bytes)
+	}
+	if err != nil {
+		c.sendErrors.Add(1)
+	}
+}
+
+// sendFields returns the header fields the ICRC of a packet sent from src to
+// dst covers. An unconnected UDP socket with DF set sends IPv4 ID 0 (the
+// kernel's ip_select_ident_segs gives a counter only to connected sockets;
+// measured in REFERENCE.md §9 and on every run of TestWireHeaders), and
+// goroce's links always set DF.
+func sendFields(src, dst netip.AddrPort) wire.IPFields {
+	return wire.IPFields{
+		Src: src.Addr(), Dst: dst.Addr(),
+		SrcPort: src.Port(), DstPort: dst.Port(),
+		ID: 0, FlagsFrag: wire.DF,
+	}
+}
+
+// putICRC fills the ICRC of pkt (BTH through ICRC, len >= minPacket).
+func putICRC(pkt []byte, f *wire.IPFields) {
+	body := pkt[:len(pkt)-wire.ICRCLen]
+	wire.PutICRC(pkt, f.ICRC(body))
+}
+
+// checkICRC reports whether pkt (BTH through ICRC, len >= minPacket) carries
+// a correct ICRC for a datagram from src to dst.
+//
+// IPv6: the socket knows every field the ICRC covers, so the check is the
+// full 32-bit CRC.
+//
+// IPv4: the socket does not see the IP identification, which rxe fills
+// from a counter, so the packet is accepted if some ID makes its ICRC right
+// (wire.RecoverIPv4ID; a random corruption then survives with probability
+// 2^-16, see docs/WIRE.md). The flags are assumed to be DF with fragment
+// offset 0: rxe and goroce both set DF, and a fragment never reaches a UDP
+// socket unreassembled.
+//
+// ID 0, what goroce sends, is tried first: that costs one CRC, and recovery
+// (about 0.6 µs more) runs only for senders such as rxe that count IDs.
+func checkICRC(src, dst netip.AddrPort, pkt []byte) bool {
+	f := sendFields(src, dst)
+	if f.ICRC(pkt[:len(pkt)-wire.ICRCLen]) == wire.StoredICRC(pkt) {
+		return true
+	}
+	if f.Src.Is4() {
+		_, ok := wire.RecoverIPv4ID(&f, pkt)
+		return ok
+	}
+	return false
+}
+
+// plain returns a with an IPv4-mapped address unmapped and any zone removed,
+// the form the ICRC and comparisons use.
+func plain(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap().WithZone(""), a.Port())
+}

@@ -1,0 +1,212 @@
+package link
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// memQueueLen is the number of packets in flight in each direction of a
+// memory pair, about 1.1 MB of slots per direction.
+const memQueueLen = 256
+
+// NewMemPair returns two connected in-memory links with the given addresses,
+// which must both be IPv4 or both IPv6 (it panics otherwise).
+//
+// Packets are copied into a queue slot on write and out of it on read, never
+// shared. The ICRC is computed on write and checked on read exactly as two UDP
+// links with these addresses would: IPv4 ID 0 and DF on the way out, ID
+// recovery on the way in. A packet's destination must be the other end's
+// address; anything else is refused with ErrUnknownPeer.
+//
+// Each direction holds up to 256 packets. When it is full, WriteBatch blocks,
+// as a sender waits for room in a socket buffer, until the reader makes room
+// or either end is closed. Closing one end makes its own calls return
+// net.ErrClosed; the other end's writes then succeed and the packets are
+// discarded, as datagrams to a closed port would be. No call blocks past a
+// Close.
+func NewMemPair(a, b netip.AddrPort) (Link, Link) {
+	a, b = plain(a), plain(b)
+	if a.Addr().Is4() != b.Addr().Is4() {
+		panic("link: NewMemPair: " + a.String() + " and " + b.String() + " are of different address families")
+	}
+	qa, qb := newMemQueue(), newMemQueue() // packets to a, packets to b
+	la := &memLink{addr: a, peer: b, rx: qa, tx: qb}
+	lb := &memLink{addr: b, peer: a, rx: qb, tx: qa}
+	return la, lb
+}
+
+// memSlot is one packet in flight.
+type memSlot struct {
+	buf  [MaxPacket]byte
+	n    int
+	from netip.AddrPort
+}
+
+// memQueue carries packets to one end of a pair. Slots circulate between
+// free and full; both channels can hold every slot, so returning a slot
+// never blocks.
+type memQueue struct {
+	free, full chan *memSlot
+	done       chan struct{} // closed when the receiving end closes
+	closeOnce  sync.Once
+}
+
+func newMemQueue() *memQueue {
+	q := &memQueue{
+		free: make(chan *memSlot, memQueueLen),
+		full: make(chan *memSlot, memQueueLen),
+		done: make(chan struct{}),
+	}
+	slots := make([]memSlot, memQueueLen)
+	for i := range slots {
+		q.free <- &slots[i]
+	}
+	return q
+}
+
+// memLink is one end of a memory pair.
+type memLink struct {
+	addr, peer netip.AddrPort
+	rx, tx     *memQueue // rx.done is closed by this end's Close
+	stats      counters
+
+	readMu, writeMu sync.Mutex // serialize calls, as the UDP link does
+
+	// inFlight, if set (by tests, before use), sees each packet after its
+	// ICRC is filled and may change it; it returns the packet to deliver,
+	// which may be shorter but must stay within the slice it was given.
+	inFlight func([]byte) []byte
+}
+
+func (l *memLink) LocalAddr() netip.AddrPort { return l.addr }
+func (l *memLink) Stats() Stats              { return l.stats.snapshot() }
+
+func (l *memLink) Close() error {
+	l.rx.closeOnce.Do(func() { close(l.rx.done) })
+	return nil
+}
+
+func (l *memLink) closed() bool {
+	select {
+	case <-l.rx.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *memLink) WriteBatch(pkts []Packet) (int, error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	var bytes uint64
+	for i := range pkts {
+		p := &pkts[i]
+		if err := l.check(p); err != nil {
+			l.stats.addTx(uint64(i), bytes, err)
+			return i, err
+		}
+		src := l.addr
+		if p.SrcPort != 0 {
+			src = netip.AddrPortFrom(l.addr.Addr(), p.SrcPort)
+		}
+		f := sendFields(src, l.peer)
+		putICRC(p.Buf, &f)
+		bytes += uint64(len(p.Buf))
+
+		var s *memSlot
+		select {
+		case s = <-l.tx.free:
+		case <-l.tx.done:
+			continue // the peer is gone: the packet is lost on the way
+		case <-l.rx.done:
+			l.stats.addTx(uint64(i), bytes-uint64(len(p.Buf)), net.ErrClosed)
+			return i, net.ErrClosed
+		}
+		s.n = copy(s.buf[:], p.Buf)
+		s.from = src
+		if l.inFlight != nil {
+			s.n = len(l.inFlight(s.buf[:s.n]))
+		}
+		l.tx.full <- s
+	}
+	l.stats.addTx(uint64(len(pkts)), bytes, nil)
+	return len(pkts), nil
+}
+
+// check refuses what WriteBatch will not send.
+func (l *memLink) check(p *Packet) error {
+	switch {
+	case l.closed():
+		return net.ErrClosed
+	case len(p.Buf) < minPacket || len(p.Buf) > MaxPacket:
+		return ErrPacketSize
+	case plain(p.Peer) != l.peer:
+		return ErrUnknownPeer
+	}
+	return nil
+}
+
+func (l *memLink) ReadBatch(pkts []Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	pkts = pkts[:min(len(pkts), MaxBatch)]
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	for {
+		if l.closed() {
+			return 0, net.ErrClosed
+		}
+		var s *memSlot
+		select {
+		case s = <-l.rx.full:
+		case <-l.rx.done:
+			return 0, net.ErrClosed
+		}
+		var c rxCount
+		n := 0
+		for {
+			if l.deliver(&pkts[n], s, &c) {
+				n++
+			}
+			l.rx.free <- s
+			if n == len(pkts) {
+				break
+			}
+			select {
+			case s = <-l.rx.full:
+				continue
+			default:
+			}
+			break
+		}
+		l.stats.addRx(&c)
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// deliver checks the packet in s and copies it into p if it is good.
+func (l *memLink) deliver(p *Packet, s *memSlot, c *rxCount) bool {
+	pkt := s.buf[:s.n]
+	switch {
+	case len(pkt) < minPacket:
+		c.malformed++
+		return false
+	case len(pkt) > cap(p.Buf):
+		c.oversized++
+		return false
+	case !checkICRC(s.from, l.addr, pkt):
+		c.icrc++
+		return false
+	}
+	p.Buf = p.Buf[:len(pkt)]
+	copy(p.Buf, pkt)
+	p.Peer = s.from
+	p.SrcPort = 0
+	c.packets++
+	c.bytes += uint64(len(pkt))
+	return true
+}

@@ -1,0 +1,162 @@
+package link
+
+import (
+	"net/netip"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// recvmmsg and sendmmsg are called directly rather than through
+// golang.org/x/net/ipv4.PacketConn: its ReadBatch allocates a net.UDPAddr
+// (and its IP) for every message received, and its WriteBatch wants a
+// net.Addr per message. Here the message headers, I/O vectors and socket
+// addresses are preallocated once per link and direction, and addresses
+// convert to and from netip.AddrPort without allocating.
+
+// mmsghdr is struct mmsghdr of <sys/socket.h>. Go's layout rules give it C's
+// size and alignment on every Linux architecture (msghdr then an unsigned
+// int, padded to the msghdr's alignment).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+}
+
+// mmsg is the preallocated state of batched I/O in one direction.
+// Its owner serializes its use (UDP.readMu or UDP.writeMu).
+type mmsg struct {
+	hs    [MaxBatch]mmsghdr
+	iovs  [MaxBatch]unix.Iovec
+	names [MaxBatch]unix.RawSockaddrInet6 // large enough for either family
+
+	// Arguments and results of the system call in progress, so that the
+	// functions handed to syscall.RawConn are method values bound once,
+	// not closures allocated per call.
+	off, cnt int
+	n        int
+	errno    syscall.Errno
+	recvF    func(fd uintptr) bool
+	sendF    func(fd uintptr) bool
+}
+
+func newMmsg() *mmsg {
+	m := new(mmsg)
+	m.recvF = m.recv
+	m.sendF = m.send
+	for i := range m.hs {
+		h := &m.hs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&m.names[i]))
+		h.Iov = &m.iovs[i]
+		h.SetIovlen(1)
+	}
+	return m
+}
+
+// setBuf points message i's I/O vector at b.
+func (m *mmsg) setBuf(i int, b []byte) {
+	v := &m.iovs[i]
+	if len(b) == 0 {
+		v.Base = nil
+	} else {
+		v.Base = &b[0]
+	}
+	v.SetLen(len(b))
+}
+
+// clearBufs forgets the first n buffers, so that the link keeps no
+// reference to the caller's memory between calls.
+func (m *mmsg) clearBufs(n int) {
+	for i := range n {
+		m.iovs[i].Base = nil
+	}
+}
+
+// readFrom receives up to cnt datagrams into messages 0..cnt-1, waiting in
+// the netpoller until at least one is there.
+func (m *mmsg) readFrom(rc syscall.RawConn, cnt int) (int, error) {
+	for i := range cnt {
+		h := &m.hs[i].hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Flags = 0
+		m.hs[i].n = 0
+	}
+	m.off, m.cnt = 0, cnt
+	if err := rc.Read(m.recvF); err != nil {
+		return 0, err
+	}
+	if m.errno != 0 {
+		return 0, os.NewSyscallError("recvmmsg", m.errno)
+	}
+	return m.n, nil
+}
+
+// writeTo sends messages off..off+cnt-1, waiting in the netpoller while the
+// socket buffer is full. It returns how many were sent; the kernel may
+// send fewer than cnt without an error.
+func (m *mmsg) writeTo(rc syscall.RawConn, off, cnt int) (int, error) {
+	m.off, m.cnt = off, cnt
+	if err := rc.Write(m.sendF); err != nil {
+		return 0, err
+	}
+	if m.errno != 0 {
+		return 0, os.NewSyscallError("sendmmsg", m.errno)
+	}
+	return m.n, nil
+}
+
+func (m *mmsg) recv(fd uintptr) bool { return m.call(unix.SYS_RECVMMSG, fd) }
+func (m *mmsg) send(fd uintptr) bool { return m.call(unix.SYS_SENDMMSG, fd) }
+
+// call makes the system call on a non-blocking socket and reports whether
+// it is done (false: wait for the socket to become ready and call again).
+func (m *mmsg) call(trap, fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.cnt), 0, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		m.n, m.errno = int(n), e
+		return true
+	}
+}
+
+// setName writes a as the socket address of message i. scope is the IPv6
+// scope (interface index) for link-local peers.
+func (m *mmsg) setName(i int, a netip.AddrPort, scope uint32) {
+	sa := &m.names[i]
+	h := &m.hs[i].hdr
+	port := a.Port()
+	if a.Addr().Is4() {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		*sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.Addr().As4()}
+		p := (*[2]byte)(unsafe.Pointer(&sa4.Port))
+		p[0], p[1] = byte(port>>8), byte(port)
+		h.Namelen = unix.SizeofSockaddrInet4
+		return
+	}
+	*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: a.Addr().As16(), Scope_id: scope}
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	p[0], p[1] = byte(port>>8), byte(port)
+	h.Namelen = unix.SizeofSockaddrInet6
+}
+
+// name returns the socket address the kernel wrote for message i, unmapped
+// and without zone; ok is false for a family other than IPv4 and IPv6.
+func (m *mmsg) name(i int) (a netip.AddrPort, ok bool) {
+	sa := &m.names[i]
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port)) // same offset in both families
+	port := uint16(p[0])<<8 | uint16(p[1])
+	switch sa.Family {
+	case unix.AF_INET:
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), port), true
+	case unix.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), port), true
+	}
+	return netip.AddrPort{}, false
+}

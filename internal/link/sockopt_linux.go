@@ -1,0 +1,68 @@
+package link
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// sockOpts are the options a link's sockets get before bind.
+type sockOpts struct {
+	is6        bool
+	rbuf, wbuf int  // SO_RCVBUF, SO_SNDBUF; 0 leaves the default
+	sendOnly   bool // a per-port socket: shares its port, receives nothing
+}
+
+// dropAll is a classic BPF program that accepts no bytes of any packet:
+// "ret #0". Attached to a send-only socket, it makes the kernel discard
+// everything that arrives there before it is queued.
+var dropAll = []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+
+// apply sets the options on a socket that is not yet bound.
+func (o sockOpts) apply(fd int) error {
+	// DF on every packet: RoCE is never fragmented, and an unconnected DF
+	// socket sends IPv4 ID 0, which the ICRC covers.
+	if o.is6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
+			return fmt.Errorf("IPV6_MTU_DISCOVER: %w", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1); err != nil {
+			return fmt.Errorf("IPV6_DONTFRAG: %w", err)
+		}
+	} else {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			return fmt.Errorf("IP_MTU_DISCOVER: %w", err)
+		}
+	}
+	if o.rbuf > 0 {
+		if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.rbuf); err != nil {
+			return fmt.Errorf("SO_RCVBUF: %w", err)
+		}
+	}
+	if o.wbuf > 0 {
+		if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.wbuf); err != nil {
+			return fmt.Errorf("SO_SNDBUF: %w", err)
+		}
+	}
+	if o.sendOnly {
+		for _, opt := range []int{unix.SO_REUSEADDR, unix.SO_REUSEPORT} {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, 1); err != nil {
+				return fmt.Errorf("SO_REUSEADDR/SO_REUSEPORT: %w", err)
+			}
+		}
+		prog := unix.SockFprog{Len: uint16(len(dropAll)), Filter: &dropAll[0]}
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
+			return fmt.Errorf("SO_ATTACH_FILTER: %w", err)
+		}
+	}
+	return nil
+}
+
+// setBuffer sets a socket buffer size, past the sysctl limit if the process
+// may (CAP_NET_ADMIN), else up to it.
+func setBuffer(fd, force, plain, n int) error {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, n) == nil {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, n)
+}

@@ -1,0 +1,362 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// UDPConfig configures ListenUDP. Its zero value is not enough: Addr must name
+// a local IP address.
+type UDPConfig struct {
+	// Addr is the local address to bind. The IP must be a specific local
+	// address (IPv4 or IPv6; an IPv6 link-local address needs its zone),
+	// not 0.0.0.0 or ::, because the ICRC of every packet covers the source
+	// and destination IP and a wildcard socket learns neither without a
+	// control message per packet. Port 0 means 4791, the RoCEv2 port.
+	Addr netip.AddrPort
+
+	// ReadBuffer and WriteBuffer are the socket's SO_RCVBUF and SO_SNDBUF
+	// in bytes; 0 means 4 MiB. As root (CAP_NET_ADMIN) SO_RCVBUFFORCE and
+	// SO_SNDBUFFORCE set them past net.core.rmem_max and wmem_max;
+	// otherwise those sysctls cap them.
+	ReadBuffer, WriteBuffer int
+}
+
+const defaultSocketBuffer = 4 << 20
+
+// maxPortSockets caps the send-only sockets a UDP link opens for per-QP
+// source ports.
+const maxPortSockets = 1024
+
+// UDP is a Link over a UDP socket: an unconnected socket bound to one local
+// address, with DF set (IP_MTU_DISCOVER = IP_PMTUDISC_DO; IPv6:
+// IPV6_MTU_DISCOVER = IPV6_PMTUDISC_DO and IPV6_DONTFRAG), moving packets
+// with recvmmsg and sendmmsg. It allocates nothing per packet.
+//
+// The port is bound exclusively (no SO_REUSEPORT): a second link on the same
+// address and port fails with EADDRINUSE instead of silently sharing its
+// packets.
+//
+// Received packets are checked with the IP and UDP fields the socket reports:
+// the peer's address and port, the bound address and port, and for IPv4 the
+// identification recovered from the ICRC itself (wire.RecoverIPv4ID) and DF
+// assumed in the flags. IPv6 packets get the full 32-bit check; IPv4 packets
+// a 16-bit one (see docs/WIRE.md).
+//
+// Sent packets get an ICRC over IPv4 ID 0 and DF: the kernel sends ID 0 from
+// an unconnected socket with DF set (REFERENCE.md §9, checked on the wire by
+// TestWireHeaders).
+//
+// Per-QP source ports: a packet whose SrcPort is neither 0 nor the link's
+// port leaves from a send-only socket bound to (local IP, SrcPort), opened
+// on first use with SO_REUSEADDR and SO_REUSEPORT and kept until Close.
+// These sockets carry a socket filter that drops everything, so whatever
+// arrives at them is discarded by the kernel (rxe only ever sends to port
+// 4791). At most 1024 are opened; a packet whose port would need more, or
+// whose port cannot be bound (another socket holds it without
+// SO_REUSEPORT), leaves from the link's own port instead and is counted in
+// Stats.PortFallbacks. The ICRC always covers the port the packet really
+// leaves from. Consecutive packets with the same SrcPort go out in one
+// sendmmsg.
+//
+// A UDP link starts no goroutines: ReadBatch and WriteBatch wait in the Go
+// netpoller, and Close unblocks them.
+type UDP struct {
+	conn  *net.UDPConn
+	rc    syscall.RawConn
+	laddr netip.AddrPort // unmapped, no zone
+	bind  netip.Addr     // the IP as bound, with its zone
+	scope uint32         // IPv6 scope (interface index) of a link-local address
+	wbuf  int            // SO_SNDBUF, for the per-port sockets too
+
+	readMu sync.Mutex
+	rd     *mmsg // guarded by readMu
+
+	writeMu sync.Mutex
+	wr      *mmsg // guarded by writeMu
+
+	portsMu sync.Mutex
+	ports   map[uint16]*portSocket // guarded by portsMu; nil value: could not bind
+	closed  bool                   // guarded by portsMu
+
+	stats counters
+}
+
+// portSocket is a send-only socket bound to one source port.
+type portSocket struct {
+	conn *net.UDPConn
+	rc   syscall.RawConn
+}
+
+var _ Link = (*UDP)(nil)
+
+// ListenUDP opens a UDP link bound to cfg.Addr.
+func ListenUDP(cfg UDPConfig) (*UDP, error) {
+	a := cfg.Addr
+	ip := a.Addr().Unmap()
+	if !ip.IsValid() || ip.IsUnspecified() {
+		return nil, fmt.Errorf("link: listen %v: need a specific local IP address (the ICRC covers it)", a)
+	}
+	if a.Port() == 0 {
+		a = netip.AddrPortFrom(ip, wire.UDPPort)
+	} else {
+		a = netip.AddrPortFrom(ip, a.Port())
+	}
+	var scope uint32
+	if z := ip.Zone(); z != "" {
+		ifi, err := net.InterfaceByName(z)
+		if err != nil {
+			return nil, fmt.Errorf("link: listen %v: %w", a, err)
+		}
+		scope = uint32(ifi.Index)
+	}
+	rbuf, wbuf := cfg.ReadBuffer, cfg.WriteBuffer
+	if rbuf <= 0 {
+		rbuf = defaultSocketBuffer
+	}
+	if wbuf <= 0 {
+		wbuf = defaultSocketBuffer
+	}
+	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf}
+	conn, rc, err := listen(a, opts)
+	if err != nil {
+		return nil, fmt.Errorf("link: listen %v: %w", a, err)
+	}
+	la := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	return &UDP{
+		conn:  conn,
+		rc:    rc,
+		laddr: plain(la),
+		bind:  ip,
+		scope: scope,
+		wbuf:  wbuf,
+		rd:    newMmsg(),
+		wr:    newMmsg(),
+		ports: make(map[uint16]*portSocket),
+	}, nil
+}
+
+// listen opens a UDP socket bound to a with the options set before bind.
+func listen(a netip.AddrPort, o sockOpts) (*net.UDPConn, syscall.RawConn, error) {
+	network := "udp4"
+	if o.is6 {
+		network = "udp6"
+	}
+	var serr error
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		if err := c.Control(func(fd uintptr) { serr = o.apply(int(fd)) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	pc, err := lc.ListenPacket(context.Background(), network, a.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	conn := pc.(*net.UDPConn)
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, rc, nil
+}
+
+// LocalAddr returns the address the link is bound to.
+func (u *UDP) LocalAddr() netip.AddrPort { return u.laddr }
+
+// Stats returns a snapshot of the link's counters.
+func (u *UDP) Stats() Stats { return u.stats.snapshot() }
+
+// Close closes the link's sockets, which unblocks ReadBatch and WriteBatch.
+// Later calls return nil.
+func (u *UDP) Close() error {
+	u.portsMu.Lock()
+	if u.closed {
+		u.portsMu.Unlock()
+		return nil
+	}
+	u.closed = true
+	for _, ps := range u.ports {
+		if ps != nil {
+			ps.conn.Close()
+		}
+	}
+	clear(u.ports)
+	u.portsMu.Unlock()
+	return u.conn.Close()
+}
+
+// ReadBatch implements Link.ReadBatch.
+func (u *UDP) ReadBatch(pkts []Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	pkts = pkts[:min(len(pkts), MaxBatch)]
+	u.readMu.Lock()
+	defer u.readMu.Unlock()
+	m := u.rd
+	for i := range pkts {
+		m.setBuf(i, pkts[i].Buf[:cap(pkts[i].Buf)])
+	}
+	defer m.clearBufs(len(pkts))
+	for {
+		k, err := m.readFrom(u.rc, len(pkts))
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return 0, net.ErrClosed
+			}
+			return 0, fmt.Errorf("link: read %v: %w", u.laddr, err)
+		}
+		var c rxCount
+		n := 0
+		for i := range k {
+			if !u.accept(m, i, &pkts[i], &c) {
+				continue
+			}
+			if n != i { // move the good packet to the front, its buffer with it
+				pkts[n].Buf, pkts[i].Buf = pkts[i].Buf, pkts[n].Buf[:cap(pkts[n].Buf)]
+				pkts[n].Peer = pkts[i].Peer
+			}
+			pkts[n].SrcPort = 0
+			n++
+		}
+		u.stats.addRx(&c)
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// accept checks datagram i of m, which the kernel wrote into p.Buf's
+// backing array, and on success reslices p.Buf to it and sets p.Peer.
+func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
+	h := &m.hs[i]
+	size := int(h.n)
+	if h.hdr.Flags&syscall.MSG_TRUNC != 0 {
+		c.oversized++
+		return false
+	}
+	if size < minPacket {
+		c.malformed++
+		return false
+	}
+	peer, ok := m.name(i)
+	if !ok || peer.Addr().Is4() != u.laddr.Addr().Is4() {
+		c.malformed++
+		return false
+	}
+	pkt := p.Buf[:size]
+	if !checkICRC(peer, u.laddr, pkt) {
+		c.icrc++
+		return false
+	}
+	p.Buf, p.Peer = pkt, peer
+	c.packets++
+	c.bytes += uint64(size)
+	return true
+}
+
+// WriteBatch implements Link.WriteBatch.
+func (u *UDP) WriteBatch(pkts []Packet) (int, error) {
+	u.writeMu.Lock()
+	defer u.writeMu.Unlock()
+	m := u.wr
+	sent, bytes := 0, uint64(0)
+	var err error
+	for sent < len(pkts) && err == nil {
+		// One group: consecutive packets with the same SrcPort, at most
+		// MaxBatch, up to the first packet that cannot be sent.
+		rc, src, fallback, perr := u.portConn(pkts[sent].SrcPort)
+		if perr != nil {
+			err = perr
+			break
+		}
+		cnt := 0
+		for sent+cnt < len(pkts) && cnt < MaxBatch && pkts[sent+cnt].SrcPort == pkts[sent].SrcPort {
+			if err = u.prepare(m, cnt, &pkts[sent+cnt], src); err != nil {
+				break
+			}
+			cnt++
+		}
+		if fallback {
+			u.stats.portFallbacks.Add(uint64(cnt))
+		}
+		for off := 0; off < cnt; {
+			k, werr := m.writeTo(rc, off, cnt-off)
+			for _, p := range pkts[sent : sent+k] {
+				bytes += uint64(len(p.Buf))
+			}
+			sent, off = sent+k, off+k
+			if werr != nil {
+				err = werr // replaces a prepare error further on
+				break
+			}
+		}
+		m.clearBufs(cnt)
+	}
+	if err != nil && errors.Is(err, net.ErrClosed) {
+		err = net.ErrClosed
+	} else if err != nil && !errors.Is(err, ErrPacketSize) && !errors.Is(err, ErrAddrFamily) {
+		err = fmt.Errorf("link: write %v: %w", u.laddr, err)
+	}
+	u.stats.addTx(uint64(sent), bytes, err)
+	return sent, err
+}
+
+// prepare fills message i for p, sent from src: ICRC, address, buffer.
+func (u *UDP) prepare(m *mmsg, i int, p *Packet, src netip.AddrPort) error {
+	if len(p.Buf) < minPacket || len(p.Buf) > MaxPacket {
+		return ErrPacketSize
+	}
+	dst := plain(p.Peer)
+	if dst.Addr().Is4() != src.Addr().Is4() {
+		return ErrAddrFamily
+	}
+	f := sendFields(src, dst)
+	putICRC(p.Buf, &f)
+	m.setName(i, dst, u.scope)
+	m.setBuf(i, p.Buf)
+	return nil
+}
+
+// portConn returns the socket to send from for a packet's SrcPort and the
+// address that socket sends from. fallback reports that the packet asked for
+// another port and could not have it.
+func (u *UDP) portConn(sport uint16) (rc syscall.RawConn, src netip.AddrPort, fallback bool, err error) {
+	if sport == 0 || sport == u.laddr.Port() {
+		return u.rc, u.laddr, false, nil
+	}
+	u.portsMu.Lock()
+	defer u.portsMu.Unlock()
+	if u.closed {
+		return nil, netip.AddrPort{}, false, net.ErrClosed
+	}
+	ps, ok := u.ports[sport]
+	if !ok && len(u.ports) < maxPortSockets {
+		ps = u.openPort(sport) // nil if the port cannot be bound; remembered
+		u.ports[sport] = ps
+	}
+	if ps == nil {
+		return u.rc, u.laddr, true, nil
+	}
+	return ps.rc, netip.AddrPortFrom(u.laddr.Addr(), sport), false, nil
+}
+
+// openPort opens a send-only socket bound to (local IP, sport), or returns
+// nil if it cannot.
+func (u *UDP) openPort(sport uint16) *portSocket {
+	a := netip.AddrPortFrom(u.bind, sport)
+	conn, rc, err := listen(a, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true})
+	if err != nil {
+		return nil
+	}
+	return &portSocket{conn: conn, rc: rc}
+}

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package link
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// UDPConfig configures ListenUDP; see the Linux documentation.
+type UDPConfig struct {
+	Addr                    netip.AddrPort
+	ReadBuffer, WriteBuffer int
+}
+
+// UDP is a Link over a UDP socket. It exists only on Linux, which has the
+// recvmmsg and sendmmsg calls it is built on.
+type UDP struct{ Link }
+
+// ListenUDP returns errors.ErrUnsupported outside Linux.
+func ListenUDP(UDPConfig) (*UDP, error) { return nil, errors.ErrUnsupported }

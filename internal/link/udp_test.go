@@ -1,0 +1,342 @@
+//go:build linux
+
+package link
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/wire"
+	"golang.org/x/sys/unix"
+)
+
+func TestUDPRoundTrip(t *testing.T) {
+	for _, tc := range []struct{ name, a, b string }{
+		{"IPv4", "127.0.0.1", "127.0.0.2"},
+		{"IPv6", "::1", "::1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			a, b := udpPair(t, tc.a, tc.b)
+			pkts := batch(64, b.LocalAddr())
+			if n, err := a.WriteBatch(pkts); n != 64 || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			got := readN(t, b, 64)
+			checkReceived(t, got, pkts, a.LocalAddr(), b.LocalAddr())
+			// And back, to the address the packets came from.
+			back := batch(3, got[0].Peer)
+			if n, err := b.WriteBatch(back); n != 3 || err != nil {
+				t.Fatalf("WriteBatch back = %d, %v", n, err)
+			}
+			checkReceived(t, readN(t, a, 3), back, b.LocalAddr(), a.LocalAddr())
+			if s := b.Stats(); s.RcvdPackets != 64 || s.SentPackets != 3 || s.ICRCErrors+s.Malformed+s.Oversized != 0 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// TestUDPDropsBadDatagrams sends from a plain socket (with DF set, as rxe
+// and goroce do): a good packet, one with a wrong ICRC, one too short and one
+// longer than the read buffer. Only the good one may arrive.
+func TestUDPDropsBadDatagrams(t *testing.T) {
+	for _, tc := range []struct{ name, ip string }{{"IPv4", "127.0.0.3"}, {"IPv6", "::1"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			l, err := ListenUDP(UDPConfig{Addr: freePort(t, tc.ip)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(tc.ip), 0)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			setDF(t, c, tc.ip != "::1")
+			from := plain(c.LocalAddr().(*net.UDPAddr).AddrPort())
+			packet := func(n int) []byte {
+				b := buildPacket(make([]byte, MaxPacket), 7, 1, n, 3)
+				f := sendFields(from, l.LocalAddr())
+				putICRC(b, &f)
+				return b
+			}
+			bad := packet(100)
+			bad[20] ^= 0x40
+			for _, d := range [][]byte{bad, packet(10)[:minPacket-1], packet(4000), packet(100)} {
+				if _, err := c.WriteToUDPAddrPort(d, l.LocalAddr()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			bufs := []Packet{{Buf: make([]byte, 0, 1000)}}
+			n, err := l.ReadBatch(bufs)
+			if n != 1 || err != nil {
+				t.Fatalf("ReadBatch = %d, %v", n, err)
+			}
+			if want := packet(100); string(bufs[0].Buf) != string(want) || bufs[0].Peer != from {
+				t.Errorf("got %d bytes from %v, want the good %d-byte packet from %v", len(bufs[0].Buf), bufs[0].Peer, len(want), from)
+			}
+			if s := l.Stats(); s.ICRCErrors != 1 || s.Malformed != 1 || s.Oversized != 1 || s.RcvdPackets != 1 {
+				t.Errorf("stats %+v, want one each of ICRC error, malformed, oversized, received", s)
+			}
+		})
+	}
+}
+
+func setDF(t *testing.T, c *net.UDPConn, v4 bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	rc.Control(func(fd uintptr) { serr = sockOpts{is6: !v4}.apply(int(fd)) })
+	if serr != nil {
+		t.Fatal(serr)
+	}
+}
+
+// TestUDPSourcePorts sends groups of packets from per-QP source ports,
+// interleaved with the link's own port, and checks each arrives from the
+// port it asked for with an ICRC over that port.
+func TestUDPSourcePorts(t *testing.T) {
+	for _, tc := range []struct{ name, a, b string }{
+		{"IPv4", "127.0.0.1", "127.0.0.2"},
+		{"IPv6", "::1", "::1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			a, b := udpPair(t, tc.a, tc.b)
+			ports := []uint16{0, SourcePort(0x11), SourcePort(0x11), 0, SourcePort(0x12), FlowSourcePort(0, 0x13, 0x14), SourcePort(0x11)}
+			pkts := batch(len(ports)*3, b.LocalAddr())
+			for i := range pkts {
+				pkts[i].SrcPort = ports[i/3]
+			}
+			if n, err := a.WriteBatch(pkts); n != len(pkts) || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			got := readN(t, b, len(pkts))
+			for i := range pkts {
+				from := a.LocalAddr()
+				if pkts[i].SrcPort != 0 {
+					from = netip.AddrPortFrom(from.Addr(), pkts[i].SrcPort)
+				}
+				checkReceived(t, got[i:i+1], pkts[i:i+1], from, b.LocalAddr())
+			}
+			if n := len(a.ports); n != 3 {
+				t.Errorf("%d per-port sockets open, want 3", n)
+			}
+			// Whatever is sent to a per-port socket is dropped by the
+			// kernel and never disturbs the link.
+			back := batch(1, netip.AddrPortFrom(a.LocalAddr().Addr(), SourcePort(0x11)))
+			if n, err := b.WriteBatch(back); n != 1 || err != nil {
+				t.Fatalf("WriteBatch to a per-port socket = %d, %v", n, err)
+			}
+		})
+	}
+}
+
+// TestUDPSourcePortFallback holds a port without SO_REUSEPORT: packets that
+// ask for it leave from the link's own port, counted, with a matching ICRC.
+func TestUDPSourcePortFallback(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	holder, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.LocalAddr().Addr(), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	taken := holder.LocalAddr().(*net.UDPAddr).AddrPort().Port()
+	pkts := batch(4, b.LocalAddr())
+	for i := range pkts {
+		pkts[i].SrcPort = taken
+	}
+	if n, err := a.WriteBatch(pkts); n != 4 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	checkReceived(t, readN(t, b, 4), pkts, a.LocalAddr(), b.LocalAddr())
+	if s := a.Stats(); s.PortFallbacks != 4 {
+		t.Errorf("PortFallbacks = %d, want 4", s.PortFallbacks)
+	}
+}
+
+func TestUDPRefuses(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	good := batch(1, b.LocalAddr())[0]
+	for _, tc := range []struct {
+		name string
+		p    Packet
+		want error
+	}{
+		{"short", Packet{Buf: make([]byte, minPacket-1), Peer: b.LocalAddr()}, ErrPacketSize},
+		{"long", Packet{Buf: make([]byte, MaxPacket+1), Peer: b.LocalAddr()}, ErrPacketSize},
+		{"IPv6 peer", Packet{Buf: good.Buf, Peer: mustParse("[::1]:5000")}, ErrAddrFamily},
+		{"long, other port", Packet{Buf: make([]byte, MaxPacket+1), Peer: b.LocalAddr(), SrcPort: SourcePort(9)}, ErrPacketSize},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := a.WriteBatch([]Packet{good, tc.p, good})
+			if n != 1 || !errors.Is(err, tc.want) {
+				t.Errorf("WriteBatch = %d, %v; want 1, %v", n, err, tc.want)
+			}
+		})
+	}
+	readN(t, b, 4)
+	for _, addr := range []string{"0.0.0.0:5000", "[::]:5000", ""} {
+		var ap netip.AddrPort
+		if addr != "" {
+			ap = mustParse(addr)
+		}
+		if l, err := ListenUDP(UDPConfig{Addr: ap}); err == nil {
+			l.Close()
+			t.Errorf("ListenUDP(%q) succeeded, want an error: a wildcard address hides the IP the ICRC covers", addr)
+		}
+	}
+}
+
+func TestUDPDefaults(t *testing.T) {
+	checkNoLeaks(t)
+	l, err := ListenUDP(UDPConfig{Addr: mustParse("127.0.0.9:0")})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		t.Skip("port 4791 on 127.0.0.9 is taken")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.LocalAddr().Port(); got != wire.UDPPort {
+		t.Errorf("port %d, want %d", got, wire.UDPPort)
+	}
+	rc := l.rc
+	var rbuf, mtu int
+	rc.Control(func(fd uintptr) {
+		rbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		mtu, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER)
+	})
+	if mtu != unix.IP_PMTUDISC_DO {
+		t.Errorf("IP_MTU_DISCOVER = %d, want IP_PMTUDISC_DO", mtu)
+	}
+	t.Logf("SO_RCVBUF = %d (asked for %d; the kernel doubles it, and without CAP_NET_ADMIN rmem_max caps it)", rbuf, defaultSocketBuffer)
+}
+
+// TestUDPClose checks that Close unblocks a ReadBatch blocked in the
+// netpoller and later calls fail, and that Close can be repeated.
+func TestUDPClose(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	a.WriteBatch(append(batch(1, b.LocalAddr()), Packet{Buf: batch(1, b.LocalAddr())[0].Buf, Peer: b.LocalAddr(), SrcPort: SourcePort(3)}))
+	readN(t, b, 2)
+	errc := make(chan error, 1)
+	go func() { _, err := a.ReadBatch(readBufs(8)); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantClosed(t, "blocked ReadBatch", waitErr(t, errc))
+	_, err := a.ReadBatch(readBufs(1))
+	wantClosed(t, "ReadBatch after Close", err)
+	_, err = a.WriteBatch(batch(1, b.LocalAddr()))
+	wantClosed(t, "WriteBatch after Close", err)
+	p := batch(1, b.LocalAddr())
+	p[0].SrcPort = SourcePort(3)
+	_, err = a.WriteBatch(p)
+	wantClosed(t, "WriteBatch from a per-port socket after Close", err)
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestUDPAllocs checks the steady state: writing a batch of 64 (from two
+// source ports) and reading it back allocates nothing.
+func TestUDPAllocs(t *testing.T) {
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	pkts := batch(64, b.LocalAddr())
+	for i := 32; i < 64; i++ {
+		pkts[i].SrcPort = SourcePort(0x42)
+	}
+	bufs := readBufs(64)
+	round := func() {
+		if n, err := a.WriteBatch(pkts); n != 64 || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		for got := 0; got < 64; {
+			n, err := b.ReadBatch(bufs[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	round() // opens the per-port socket
+	if allocs := testing.AllocsPerRun(50, round); allocs != 0 {
+		t.Errorf("%v allocations per batch of 64, want 0", allocs)
+	}
+}
+
+// TestUDPReadBatchKeepsBuffers drops packets in the middle of one recvmmsg
+// batch: the good ones must come first, in order, and pkts must still hold
+// exactly the caller's buffers.
+func TestUDPReadBatchKeepsBuffers(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.LocalAddr().Addr(), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	setDF(t, c, true)
+	cAddr := plain(c.LocalAddr().(*net.UDPAddr).AddrPort())
+
+	pkts := batch(8, b.LocalAddr())
+	bad := map[int]bool{0: true, 3: true, 4: true, 6: true}
+	var want []Packet
+	for i, p := range pkts {
+		if !bad[i] {
+			if n, err := a.WriteBatch(pkts[i : i+1]); n != 1 || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			want = append(want, p)
+			continue
+		}
+		f := sendFields(cAddr, b.LocalAddr())
+		putICRC(p.Buf, &f)
+		p.Buf[wire.BTHLen] ^= 0x10 // a payload bit: no IP ID can explain it
+		if _, err := c.WriteToUDPAddrPort(p.Buf, b.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	bufs := readBufs(16)
+	arrays := func() map[*byte]bool {
+		m := map[*byte]bool{}
+		for _, p := range bufs {
+			m[&p.Buf[:1][0]] = true
+		}
+		return m
+	}
+	before := arrays()
+	var got []Packet
+	for len(got) < len(want) {
+		n, err := b.ReadBatch(bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range bufs[:n] {
+			got = append(got, Packet{Buf: append([]byte(nil), p.Buf...), Peer: p.Peer})
+		}
+		after := arrays()
+		for p := range before {
+			if !after[p] {
+				t.Fatalf("after ReadBatch pkts holds %d distinct buffers, not the caller's %d", len(after), len(before))
+			}
+		}
+	}
+	checkReceived(t, got, want, a.LocalAddr(), b.LocalAddr())
+	if s := b.Stats(); s.ICRCErrors != 4 {
+		t.Errorf("ICRCErrors = %d, want 4", s.ICRCErrors)
+	}
+}
