@@ -1,0 +1,348 @@
+package transport
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// completer matches responses to send WQEs and completes them in order
+// (IBA 9.7.5.1, 10.8):
+//
+//	ACK for PSN p            every SEND/WRITE ending at or before p is done (ACKs coalesce)
+//	READ RESPONSE            data placed; LAST/ONLY completes the READ, and implies
+//	                         an ACK of everything before it
+//	ATOMIC ACKNOWLEDGE       the original value placed; the atomic is done
+//	NAK PSN sequence error   implicit ACK before p, then resend from p
+//	NAK other                the WQE at p fails; the QP moves to ERR
+//	RNR NAK                  implicit ACK before p, wait the timer, resend from p
+//	timeout                  resend from the oldest unacknowledged PSN
+type completer struct {
+	psn        psn.PSN   // oldest PSN not yet acknowledged
+	wqe        uint64    // oldest WQE not yet completed
+	retries    int       // timeouts and sequence NAKs survived since the last progress
+	rnrRetries int       // RNR NAKs survived since the last progress
+	deadline   time.Time // retransmit timer; zero when nothing is outstanding
+}
+
+// ackTimeout is the local ACK timeout of IBA 9.7.6.1.3: 4.096 µs × 2^t.
+func ackTimeout(t uint8) time.Duration {
+	if t == 0 {
+		return 0
+	}
+	return time.Duration(4096<<min(t, 31)) * time.Nanosecond
+}
+
+// armTimer starts the retransmit timer if it is not running.
+func (c *completer) armTimer(qp *QP, now time.Time) {
+	if c.deadline.IsZero() && qp.path.Timeout != 0 {
+		c.deadline = now.Add(ackTimeout(qp.path.Timeout))
+	}
+}
+
+// progressed restarts the timer after an acknowledgement moved things on.
+func (c *completer) progressed(qp *QP, now time.Time) {
+	c.retries, c.rnrRetries = 0, 0
+	c.deadline = time.Time{}
+	if qp.req.psn != c.psn {
+		c.armTimer(qp, now)
+	}
+}
+
+// Deadline returns when Timeout must next be called; zero for never.
+func (qp *QP) Deadline() time.Time {
+	d := qp.comp.deadline
+	if r := qp.req.rnrUntil; !r.IsZero() && (d.IsZero() || r.Before(d)) {
+		d = r
+	}
+	return d
+}
+
+// Timeout handles an expired retransmit or RNR timer.
+func (qp *QP) Timeout(now time.Time) {
+	c := &qp.comp
+	if !qp.req.rnrUntil.IsZero() && !now.Before(qp.req.rnrUntil) {
+		qp.request(now)
+	}
+	if c.deadline.IsZero() || now.Before(c.deadline) {
+		return
+	}
+	c.deadline = time.Time{}
+	if qp.req.psn == c.psn {
+		return // nothing outstanding
+	}
+	// IBA 9.7.6.1.3: retry_cnt retries, then RETRY_EXC_ERR.
+	if c.retries >= int(qp.path.RetryCnt) {
+		qp.failOutstanding(WCRetryExcErr)
+		return
+	}
+	c.retries++
+	qp.rewind(c.psn)
+	qp.request(now)
+}
+
+// handleResponse processes an ACK, NAK, read response or atomic ACK.
+func (qp *QP) handleResponse(p *wire.Packet, now time.Time) {
+	pn := psn.PSN(p.BTH.PSN())
+	switch p.BTH.Opcode().Op() {
+	case wire.OpAcknowledge:
+		switch p.AETH.Type() {
+		case wire.AckTypeACK:
+			qp.ackThrough(pn, now)
+		case wire.AckTypeRNRNAK:
+			qp.rnrNAK(pn, p.AETH.Value(), now)
+		case wire.AckTypeNAK:
+			qp.nak(pn, wire.NAKCode(p.AETH.Value()), now)
+		}
+	case wire.OpReadResponseFirst, wire.OpReadResponseMiddle, wire.OpReadResponseLast, wire.OpReadResponseOnly:
+		qp.readResponse(p, pn, now)
+	case wire.OpAtomicAcknowledge:
+		qp.atomicAck(p, pn, now)
+	}
+	qp.complete()
+}
+
+// ackThrough marks every SEND and RDMA WRITE whose packets all lie at or
+// before p as acknowledged (IBA 9.7.5.1.1: an ACK acknowledges all earlier
+// PSNs), stopping at a READ or atomic still waiting for its response.
+func (qp *QP) ackThrough(p psn.PSN, now time.Time) {
+	c := &qp.comp
+	if p.Before(c.psn.Add(-1)) || p.Diff(qp.req.psn) >= 0 {
+		return // old (duplicate) or for a PSN never sent
+	}
+	_, tail := qp.cfg.SQ.bounds()
+	for i := c.wqe; i != tail; i++ {
+		w := qp.cfg.SQ.slot(i)
+		if !w.started {
+			break
+		}
+		if w.acked {
+			continue
+		}
+		if w.isReadOrAtomic() || !w.sent || w.lastPSN().After(p) {
+			break
+		}
+		w.acked = true
+	}
+	if p.Next().After(c.psn) {
+		c.psn = p.Next()
+		c.progressed(qp, now)
+	}
+}
+
+// nextUnacked returns the oldest started WQE not yet acknowledged, after
+// marking SENDs and WRITEs ending before p as acknowledged: a response for
+// PSN p implies an ACK of everything before it (IBA 9.7.5.1.2).
+func (qp *QP) nextUnacked(p psn.PSN) (*sendWQE, bool) {
+	_, tail := qp.cfg.SQ.bounds()
+	for i := qp.comp.wqe; i != tail; i++ {
+		w := qp.cfg.SQ.slot(i)
+		if !w.started {
+			return nil, false
+		}
+		if w.acked {
+			continue
+		}
+		if !w.isReadOrAtomic() && w.sent && w.lastPSN().Before(p) {
+			w.acked = true
+			continue
+		}
+		return w, true
+	}
+	return nil, false
+}
+
+// readResponse places RDMA READ response data (IBA 9.7.5.1.2).
+func (qp *QP) readResponse(p *wire.Packet, pn psn.PSN, now time.Time) {
+	c := &qp.comp
+	w, ok := qp.nextUnacked(pn)
+	if !ok || w.wr.Opcode != WRRDMARead {
+		return
+	}
+	d := pn.Diff(w.firstPSN)
+	off := uint64(d) * uint64(qp.path.MTU)
+	if d < 0 || off != w.placed {
+		return // not the response expected next: a duplicate, or one after a lost packet
+	}
+	n := uint64(len(p.Payload))
+	last := p.Info.Position.IsLast()
+	if off+n > w.length || !last && n != uint64(qp.path.MTU) || last && off+n != w.length {
+		qp.failWQE(w, WCBadRespErr) // IBA 9.7.5.1.2: a response of the wrong length
+		return
+	}
+	if n > 0 {
+		if _, err := qp.cfg.Mem.Scatter(qp.cfg.PD, w.sgl, off, p.Payload); err != nil {
+			qp.failWQE(w, WCLocProtErr)
+			return
+		}
+	}
+	w.placed += n
+	c.psn = pn.Next()
+	if last {
+		w.acked = true
+		c.psn = w.lastPSN().Next()
+	}
+	c.progressed(qp, now)
+}
+
+// atomicAck places the original value an atomic returned (IBA 9.7.5.1.3),
+// in host byte order as rxe does.
+func (qp *QP) atomicAck(p *wire.Packet, pn psn.PSN, now time.Time) {
+	w, ok := qp.nextUnacked(pn)
+	if !ok || w.firstPSN != pn || (w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAndAdd) || w.acked {
+		return
+	}
+	var orig [8]byte
+	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH.OrigData())
+	if _, err := qp.cfg.Mem.Scatter(qp.cfg.PD, w.sgl, 0, orig[:]); err != nil {
+		qp.failWQE(w, WCLocProtErr)
+		return
+	}
+	w.acked = true
+	qp.comp.psn = pn.Next()
+	qp.comp.progressed(qp, now)
+}
+
+// nak handles a NAK for PSN p (IBA 9.7.5.1.4).
+func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
+	qp.ackThrough(p.Add(-1), now)
+	w, ok := qp.nextUnacked(p)
+	if !ok {
+		return
+	}
+	switch code {
+	case wire.NAKPSNSeqError:
+		if qp.comp.retries >= int(qp.path.RetryCnt) {
+			qp.failWQE(w, WCRetryExcErr)
+			return
+		}
+		qp.comp.retries++
+		qp.rewind(p)
+		qp.request(now)
+		return
+	case wire.NAKInvalidReq:
+		qp.failWQE(w, WCRemInvReqErr)
+	case wire.NAKRemoteAccess:
+		qp.failWQE(w, WCRemAccessErr)
+	case wire.NAKInvalidRDReq:
+		qp.failWQE(w, WCRemInvRDReqErr)
+	default:
+		qp.failWQE(w, WCRemOpErr)
+	}
+}
+
+// rnrNAK handles a receiver-not-ready NAK (IBA 9.7.5.2.8): wait the time
+// the responder asked for, then resend from p; rnr_retry 7 retries forever.
+func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now time.Time) {
+	qp.ackThrough(p.Add(-1), now)
+	w, ok := qp.nextUnacked(p)
+	if !ok {
+		return
+	}
+	if qp.path.RNRRetry != 7 {
+		if qp.comp.rnrRetries >= int(qp.path.RNRRetry) {
+			qp.failWQE(w, WCRNRRetryExcErr)
+			return
+		}
+		qp.comp.rnrRetries++
+	}
+	qp.rewind(p)
+	qp.req.rnrUntil = now.Add(wire.RNRTimeout(timer))
+	qp.comp.deadline = time.Time{}
+}
+
+// rewind makes the requester resend from PSN p (go-back-N): the WQE that
+// holds p restarts there, a partly answered READ asks for the rest.
+func (qp *QP) rewind(p psn.PSN) {
+	r, c := &qp.req, &qp.comp
+	_, tail := qp.cfg.SQ.bounds()
+	r.rdAtomicOut = 0
+	for i := c.wqe; i != tail; i++ {
+		w := qp.cfg.SQ.slot(i)
+		if !w.started {
+			break
+		}
+		if w.acked {
+			continue
+		}
+		d := p.Diff(w.firstPSN)
+		if d < 0 || d >= w.npkts {
+			if w.isReadOrAtomic() {
+				r.rdAtomicOut++
+			}
+			continue
+		}
+		// w holds p: resend from there.
+		r.wqe, r.psn = i, p
+		r.offset = uint64(d) * uint64(qp.path.MTU)
+		if w.wr.Opcode == WRRDMARead {
+			r.offset = w.placed
+		} else if w.isReadOrAtomic() {
+			r.offset = 0
+		}
+		for j := i; j != tail; j++ {
+			x := qp.cfg.SQ.slot(j)
+			x.sent = false
+			if j != i {
+				x.started = false
+			}
+		}
+		w.started = true
+		c.psn = p
+		return
+	}
+}
+
+// failWQE completes w with an error status and moves the QP to ERR;
+// everything after it is flushed (IBA 10.8.3.1).
+func (qp *QP) failWQE(w *sendWQE, status WCStatus) {
+	w.failed = status
+	w.acked = true
+	qp.complete()
+}
+
+// failOutstanding fails the oldest outstanding WQE (retry exhaustion).
+func (qp *QP) failOutstanding(status WCStatus) {
+	if w, ok := qp.nextUnacked(qp.comp.psn); ok {
+		qp.failWQE(w, status)
+	}
+}
+
+// complete retires acknowledged WQEs from the head of the send queue in
+// order, posting a completion for the signaled ones and for every failure.
+func (qp *QP) complete() {
+	c := &qp.comp
+	sq := qp.cfg.SQ
+	_, tail := sq.bounds()
+	start := c.wqe
+	for c.wqe != tail {
+		w := sq.slot(c.wqe)
+		if !w.acked {
+			break
+		}
+		if w.isReadOrAtomic() && w.failed == WCSuccess {
+			qp.req.rdAtomicOut--
+		}
+		wc := WC{WRID: w.wr.WRID, Status: w.failed, Opcode: wcOpcodeOf(w.wr.Opcode), QPNum: qp.cfg.QPN}
+		if w.failed == WCSuccess {
+			wc.ByteLen = uint32(w.length)
+		}
+		if w.signaled || w.failed != WCSuccess {
+			qp.cfg.SendCQ.Push(&wc, false)
+		}
+		c.wqe++
+		if w.failed != WCSuccess {
+			sq.retire(c.wqe)
+			qp.fatal(w.failed)
+			return
+		}
+	}
+	if c.wqe != start {
+		sq.retire(c.wqe)
+	}
+	if qp.req.wqe-c.wqe > 1<<62 { // the requester never lags the completer
+		qp.req.wqe = c.wqe
+	}
+}

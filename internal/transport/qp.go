@@ -1,0 +1,357 @@
+// Package transport implements the Reliable Connected transport of IBA
+// chapter 9.7 as three state machines per queue pair, the way Linux rxe
+// divides the work:
+//
+//	requester  send WQEs → request packets     (requester.go; IBA 9.7.1-9.7.4)
+//	responder  request packets → memory, ACKs,  (responder.go; IBA 9.7.5, 9.7.6)
+//	           read responses, atomic replies
+//	completer  ACKs, NAKs, responses → send     (completer.go; IBA 9.7.5.1, 9.9)
+//	           completions, retries
+//
+// A QP is not safe for concurrent use: one goroutine, the QP's worker in
+// the device, calls Receive, Progress, Timeout and FlushAcks. Only the
+// posting methods (PostSend, and PostRecv on the receive queue) run on the
+// caller's goroutine; they lock the queues and leave the rest to the
+// worker. Time is an input: the worker passes now and asks Deadline when
+// to call Timeout next.
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/qpstate"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// Limits of the RC engines (rxe's values, REFERENCE.md §1.2).
+const (
+	MaxUnackedPSNs = 128     // send window: PSNs in flight (rxe MAX_UNACKED_PSNS)
+	MaxPktPerAck   = 64      // AckReq cadence (rxe RXE_MAX_PKT_PER_ACK)
+	MaxMessageSize = 1 << 31 // IBA: 2^31 bytes
+	readBurst      = 64      // read response packets sent per Progress call
+)
+
+// Errors returned by PostSend and RecvQueue.Post.
+var (
+	ErrQueueFull      = errors.New("work queue full")
+	ErrState          = errors.New("QP state does not allow posting")
+	ErrOpcode         = errors.New("operation not supported on this QP")
+	ErrTooManySGE     = errors.New("too many scatter/gather entries")
+	ErrInline         = errors.New("inline data larger than max_inline_data")
+	ErrMessageTooLong = errors.New("message longer than 2^31 bytes")
+	ErrAtomicSGE      = errors.New("atomic operation needs one 8-byte local SGE")
+)
+
+// Env is what a QP needs from its device. The device's worker implements it.
+type Env interface {
+	// Buffer returns an empty buffer with capacity of at least
+	// link.MaxPacket for an outgoing packet.
+	Buffer() []byte
+	// Emit queues a packet built in a Buffer for sending; the device
+	// batches them and the link fills the ICRC.
+	Emit(p link.Packet)
+	// Fatal reports that the QP moved itself to the error state.
+	Fatal(qp *QP, status WCStatus)
+}
+
+// CQ receives completions.
+type CQ interface {
+	// Push appends a completion; solicited marks completions of messages
+	// with the solicited event bit (for solicited-only notification).
+	Push(wc *WC, solicited bool)
+}
+
+// Config holds what a QP is created with.
+type Config struct {
+	QPN       uint32
+	PD        uint32
+	Mem       *memory.Table
+	SendCQ    CQ
+	RecvCQ    CQ
+	SQ        *SendQueue
+	RQ        *RecvQueue // the QP's own receive queue or its SRQ
+	SRQ       bool       // RQ is shared: do not flush it on error
+	SigAll    bool       // sq_sig_all: every send WQE completes with a WC
+	MaxSGE    int        // max_send_sge
+	MaxInline int        // max_inline_data
+}
+
+// Path holds the connection attributes that modify_qp sets on the way to
+// RTS (IBA 10.3): the peer and the protocol parameters.
+type Path struct {
+	DestQPN         uint32
+	Peer            netip.AddrPort // the peer's address, UDP port 4791
+	SrcPort         uint16         // UDP source port of this QP's packets
+	MTU             int            // path MTU in bytes: 256, 512, 1024, 2048 or 4096
+	SQPSN, RQPSN    psn.PSN
+	MaxRdAtomic     int           // outstanding RDMA READs and atomics this QP may initiate
+	MaxDestRdAtomic int           // outstanding ones it accepts as responder
+	Timeout         uint8         // local ACK timeout: 4.096 µs × 2^Timeout; 0 disables
+	RetryCnt        uint8         // retries after a timeout or PSN sequence error NAK
+	RNRRetry        uint8         // retries after an RNR NAK; 7 means forever
+	MinRNRTimer     uint8         // RNR NAK timer code this QP sends as responder
+	Access          memory.Access // remote operations this QP accepts
+	PKey            uint16
+}
+
+// QP is the transport state of one RC queue pair.
+type QP struct {
+	cfg   Config
+	path  Path
+	env   Env
+	state qpstate.State
+
+	req  requester
+	comp completer
+	resp responder
+}
+
+// NewQP creates a QP in the RESET state.
+func NewQP(cfg Config, env Env) *QP {
+	qp := &QP{cfg: cfg, env: env, state: qpstate.Reset}
+	qp.resp.init()
+	return qp
+}
+
+// QPN returns the QP number.
+func (qp *QP) QPN() uint32 { return qp.cfg.QPN }
+
+// SetEnv sets the environment (the worker that will own the QP).
+func (qp *QP) SetEnv(env Env) { qp.env = env }
+
+// RecvQueue returns the queue the QP takes receive WQEs from.
+func (qp *QP) RecvQueue() *RecvQueue { return qp.cfg.RQ }
+
+// State returns the QP's state as the transport sees it.
+func (qp *QP) State() qpstate.State { return qp.state }
+
+// Path returns the connection attributes.
+func (qp *QP) Path() Path { return qp.path }
+
+// SetPath sets the connection attributes. The verbs layer calls it on the
+// transitions that carry them; PSNs take effect at once.
+func (qp *QP) SetPath(p Path) {
+	qp.path = p
+	if p.MaxRdAtomic < 1 {
+		qp.path.MaxRdAtomic = 1
+	}
+	qp.resp.setDepth(max(p.MaxDestRdAtomic, 1))
+}
+
+// SetState moves the QP to s (the verbs layer has validated the
+// transition). Entering RTR starts the responder at the receive PSN,
+// entering RTS the requester at the send PSN; entering ERR flushes every
+// outstanding work request; entering RESET clears everything.
+func (qp *QP) SetState(s qpstate.State) {
+	old := qp.state
+	qp.state = s
+	switch s {
+	case qpstate.Reset:
+		qp.req, qp.comp = requester{}, completer{}
+		qp.resp.reset()
+		head, tail := qp.cfg.SQ.bounds()
+		_ = tail
+		qp.cfg.SQ.mu.Lock()
+		qp.cfg.SQ.head, qp.cfg.SQ.tail = head, head
+		qp.cfg.SQ.mu.Unlock()
+		if !qp.cfg.SRQ {
+			qp.cfg.RQ.drain(func(uint64) {})
+		}
+	case qpstate.RTR:
+		if old != qpstate.RTR {
+			qp.resp.psn = qp.path.RQPSN
+		}
+	case qpstate.RTS:
+		if old == qpstate.RTR {
+			qp.req.psn = qp.path.SQPSN
+			qp.comp.psn = qp.path.SQPSN
+			head, _ := qp.cfg.SQ.bounds()
+			qp.req.wqe, qp.comp.wqe = head, head
+		}
+	case qpstate.Err:
+		qp.flush()
+	}
+}
+
+// canSend reports whether the requester may send (IBA 10.3.1: RTS; SQD
+// drains what was started).
+func (qp *QP) canSend() bool { return qp.state == qpstate.RTS }
+
+// canReceive reports whether the responder accepts requests (RTR and on).
+func (qp *QP) canReceive() bool {
+	return qp.state == qpstate.RTR || qp.state == qpstate.RTS || qp.state == qpstate.SQD
+}
+
+// PostSend appends send work requests to the send queue. It returns the
+// index of the first work request it rejected (len(wrs) if none) and the
+// reason. Nothing after a rejected work request is posted.
+func (qp *QP) PostSend(wrs []SendWR, state qpstate.State) (int, error) {
+	switch state {
+	case qpstate.RTS, qpstate.SQD, qpstate.SQE, qpstate.Err:
+	default:
+		return 0, fmt.Errorf("%w (%v)", ErrState, state)
+	}
+	sq := qp.cfg.SQ
+	sq.mu.Lock()
+	defer sq.mu.Unlock()
+	for i := range wrs {
+		wr := &wrs[i]
+		if err := qp.checkWR(wr); err != nil {
+			return i, err
+		}
+		if sq.tail-sq.head == uint64(len(sq.ring)) {
+			return i, ErrQueueFull
+		}
+		w := sq.slot(sq.tail)
+		sgl, inline := w.sgl, w.inline
+		*w = sendWQE{wr: *wr, sgl: append(sgl[:0], wr.SGL...), inline: inline[:0]}
+		w.wr.SGL = nil
+		w.signaled = qp.cfg.SigAll || wr.Flags&SendSignaled != 0
+		w.length = memory.TotalLength(wr.SGL)
+		switch wr.Opcode {
+		case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+			w.length = 8
+		case WRLocalInv:
+			w.length = 0
+		}
+		if wr.Flags&SendInline != 0 && w.length > 0 {
+			if uint64(cap(w.inline)) < w.length {
+				w.inline = make([]byte, w.length, qp.cfg.MaxInline)
+			}
+			w.inline = w.inline[:w.length]
+			if _, err := qp.cfg.Mem.Gather(qp.cfg.PD, w.sgl, 0, w.inline); err != nil {
+				return i, fmt.Errorf("inline data: %w", err)
+			}
+		}
+		sq.tail++
+	}
+	return len(wrs), nil
+}
+
+func (qp *QP) checkWR(wr *SendWR) error {
+	switch wr.Opcode {
+	case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
+		WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRLocalInv, WRSendWithInv:
+	default:
+		return fmt.Errorf("%w: %v", ErrOpcode, wr.Opcode)
+	}
+	if len(wr.SGL) > qp.cfg.MaxSGE {
+		return fmt.Errorf("%w: %d SGEs, max_send_sge is %d", ErrTooManySGE, len(wr.SGL), qp.cfg.MaxSGE)
+	}
+	n := memory.TotalLength(wr.SGL)
+	if n > MaxMessageSize {
+		return fmt.Errorf("%w: %d bytes", ErrMessageTooLong, n)
+	}
+	switch wr.Opcode {
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
+			return ErrAtomicSGE
+		}
+		if wr.Flags&SendInline != 0 {
+			return fmt.Errorf("%w: inline atomic", ErrOpcode)
+		}
+	case WRRDMARead:
+		if wr.Flags&SendInline != 0 {
+			return fmt.Errorf("%w: inline RDMA READ", ErrOpcode)
+		}
+	}
+	if wr.Flags&SendInline != 0 && n > uint64(qp.cfg.MaxInline) {
+		return fmt.Errorf("%w: %d bytes, max_inline_data is %d", ErrInline, n, qp.cfg.MaxInline)
+	}
+	return nil
+}
+
+// Receive processes one packet addressed to this QP.
+func (qp *QP) Receive(p *wire.Packet, now time.Time) {
+	switch p.Info.Class {
+	case wire.ClassRequest:
+		if qp.canReceive() {
+			qp.handleRequest(p)
+		}
+	case wire.ClassResponse, wire.ClassAck:
+		if qp.state == qpstate.RTS || qp.state == qpstate.SQD {
+			qp.handleResponse(p, now)
+		}
+	}
+}
+
+// Progress lets the requester send what the window allows, the completer
+// retire finished WQEs and the responder continue read responses.
+func (qp *QP) Progress(now time.Time) {
+	if qp.state == qpstate.Err {
+		qp.flush() // work requests posted in the error state complete at once
+		return
+	}
+	qp.resp.continueReads(qp)
+	if qp.canSend() {
+		qp.request(now)
+	}
+	qp.complete()
+}
+
+// Busy reports whether Progress has more to do right away.
+func (qp *QP) Busy() bool {
+	return qp.resp.readsPending() || qp.canSend() && qp.req.ready(qp)
+}
+
+// fatal moves the QP to ERR after an error completion and tells the device.
+func (qp *QP) fatal(status WCStatus) {
+	if qp.state == qpstate.Err {
+		return
+	}
+	qp.SetState(qpstate.Err)
+	qp.env.Fatal(qp, status)
+}
+
+// flush completes every outstanding send WQE and every receive WQE of the
+// QP's own receive queue with WR_FLUSH_ERR (IBA 10.3.1: the error state).
+func (qp *QP) flush() {
+	sq := qp.cfg.SQ
+	head, tail := sq.bounds()
+	for i := head; i != tail; i++ {
+		w := sq.slot(i)
+		qp.cfg.SendCQ.Push(&WC{WRID: w.wr.WRID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPNum: qp.cfg.QPN}, false)
+	}
+	sq.retire(tail)
+	qp.req.wqe, qp.comp.wqe = tail, tail
+	qp.req.rdAtomicOut = 0
+	if qp.resp.haveRecv {
+		qp.resp.haveRecv = false
+		qp.cfg.RecvCQ.Push(&WC{WRID: qp.resp.recv.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
+	}
+	if !qp.cfg.SRQ {
+		qp.cfg.RQ.drain(func(wrid uint64) {
+			qp.cfg.RecvCQ.Push(&WC{WRID: wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
+		})
+	}
+	qp.resp.readQ = qp.resp.readQ[:0]
+}
+
+func wcOpcodeOf(o WROpcode) WCOpcode {
+	switch o {
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		return WCRDMAWrite
+	case WRRDMARead:
+		return WCRDMARead
+	case WRAtomicCmpAndSwp:
+		return WCCompSwap
+	case WRAtomicFetchAndAdd:
+		return WCFetchAdd
+	case WRLocalInv:
+		return WCLocalInv
+	case WRBindMW:
+		return WCBindMW
+	}
+	return WCSend
+}
+
+// emit hands a built packet to the device, addressed to the peer.
+func (qp *QP) emit(b []byte) {
+	qp.env.Emit(link.Packet{Buf: b, Peer: qp.path.Peer, SrcPort: qp.path.SrcPort})
+}

@@ -1,0 +1,218 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/qpstate"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// requester turns send WQEs into request packets (IBA 9.7.1-9.7.4):
+//
+//	for each WQE, oldest first:
+//	    wait  while the fence, the read/atomic credit or the send window says so
+//	    send  its packets, MTU by MTU: FIRST, MIDDLE…, LAST (or ONLY),
+//	          one PSN each; an RDMA READ request takes one PSN per response packet
+//
+// The completer rewinds it (go-back-N) after a timeout or a NAK.
+type requester struct {
+	psn         psn.PSN // PSN of the next packet
+	wqe         uint64  // index of the WQE being sent
+	offset      uint64  // bytes of that WQE already sent
+	noackPkts   int     // packets sent since the last one with AckReq
+	rdAtomicOut int     // RDMA READs and atomics sent and not completed
+	rnrUntil    time.Time
+}
+
+// ready reports whether the next WQE may be sent now.
+func (r *requester) ready(qp *QP) bool {
+	_, tail := qp.cfg.SQ.bounds()
+	if r.wqe == tail || !r.rnrUntil.IsZero() {
+		return false
+	}
+	return r.mayStart(qp, qp.cfg.SQ.slot(r.wqe))
+}
+
+// mayStart applies the checks that hold a WQE back.
+func (r *requester) mayStart(qp *QP, w *sendWQE) bool {
+	// The send window (rxe: req.psn may run at most MAX_UNACKED_PSNS ahead of comp.psn).
+	if r.psn.Diff(qp.comp.psn) > MaxUnackedPSNs {
+		return false
+	}
+	if r.offset > 0 {
+		return true // in the middle of a message
+	}
+	// IBA 10.8.3.3: a fenced WQE waits for earlier RDMA READs and atomics.
+	if w.wr.Flags&SendFence != 0 && r.rdAtomicOut > 0 {
+		return false
+	}
+	// IBA 9.7.4.1.8: at most max_rd_atomic READs and atomics outstanding.
+	if w.isReadOrAtomic() && r.rdAtomicOut >= qp.path.MaxRdAtomic {
+		return false
+	}
+	return true
+}
+
+// request sends packets while the window and credits allow.
+func (qp *QP) request(now time.Time) {
+	r := &qp.req
+	if !r.rnrUntil.IsZero() {
+		if now.Before(r.rnrUntil) {
+			return
+		}
+		r.rnrUntil = time.Time{}
+	}
+	_, tail := qp.cfg.SQ.bounds()
+	for r.wqe != tail && qp.state == qpstate.RTS {
+		w := qp.cfg.SQ.slot(r.wqe)
+		if w.failed != WCSuccess || !r.mayStart(qp, w) {
+			return
+		}
+		if w.wr.Opcode == WRLocalInv {
+			qp.localInvalidate(w)
+			r.wqe++
+			continue
+		}
+		if !qp.sendPacket(w) {
+			return
+		}
+		qp.comp.armTimer(qp, now)
+		if w.sent {
+			r.wqe++
+			r.offset = 0
+		}
+	}
+}
+
+// localInvalidate executes LOCAL_INV (IBA 10.6.5): the region behind the
+// R_Key stops accepting it at once.
+func (qp *QP) localInvalidate(w *sendWQE) {
+	w.firstPSN, w.npkts = qp.req.psn, 0
+	w.started, w.sent, w.acked = true, true, true
+	if err := qp.cfg.Mem.Invalidate(qp.cfg.PD, w.wr.InvRKey); err != nil {
+		w.failed = WCLocProtErr
+	}
+}
+
+// sendOpcode picks the opcode of a SEND or RDMA WRITE packet (IBA 9.2.1).
+func sendOpcode(w *sendWQE, first, last bool) uint8 {
+	var op uint8
+	switch w.wr.Opcode {
+	case WRSend, WRSendWithImm, WRSendWithInv:
+		switch {
+		case first && last:
+			op = wire.OpSendOnly
+		case first:
+			op = wire.OpSendFirst
+		case last:
+			op = wire.OpSendLast
+		default:
+			return wire.OpSendMiddle
+		}
+		switch {
+		case last && w.wr.Opcode == WRSendWithImm:
+			op++ // SEND_LAST_WITH_IMMEDIATE, SEND_ONLY_WITH_IMMEDIATE
+		case last && w.wr.Opcode == WRSendWithInv && first:
+			op = wire.OpSendOnlyInv
+		case last && w.wr.Opcode == WRSendWithInv:
+			op = wire.OpSendLastInv
+		}
+	default: // RDMA WRITE
+		switch {
+		case first && last:
+			op = wire.OpWriteOnly
+		case first:
+			return wire.OpWriteFirst
+		case last:
+			op = wire.OpWriteLast
+		default:
+			return wire.OpWriteMiddle
+		}
+		if w.wr.Opcode == WRRDMAWriteWithImm {
+			op++ // RDMA_WRITE_LAST_WITH_IMMEDIATE, RDMA_WRITE_ONLY_WITH_IMMEDIATE
+		}
+	}
+	return op
+}
+
+// sendPacket builds and emits the next packet of w. It returns false if
+// the WQE failed locally (its status is set and the completer reports it).
+func (qp *QP) sendPacket(w *sendWQE) bool {
+	r := &qp.req
+	mtu := uint64(qp.path.MTU)
+	h := wire.Headers{BTH: wire.BTHFields{PKey: qp.path.PKey, DestQP: qp.path.DestQPN, PSN: uint32(r.psn)}}
+	var payload uint64
+	first := r.offset == 0
+	if first {
+		w.firstPSN, w.started = r.psn, true
+		w.npkts = int(max((w.length+mtu-1)/mtu, 1))
+	}
+	last := true
+	switch w.wr.Opcode {
+	case WRRDMARead:
+		h.BTH.Opcode = wire.OpReadRequest
+		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + r.offset, RKey: w.wr.RKey, DMALen: uint32(w.length - r.offset)}
+	case WRAtomicCmpAndSwp:
+		h.BTH.Opcode = wire.OpCompareSwap
+		h.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.Swap, Compare: w.wr.CompareAdd}
+	case WRAtomicFetchAndAdd:
+		h.BTH.Opcode = wire.OpFetchAdd
+		h.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+	default:
+		payload = min(w.length-r.offset, mtu)
+		last = r.offset+payload == w.length
+		h.BTH.Opcode = wire.Opcode(sendOpcode(w, first, last))
+		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
+		h.ImmDt.Imm = w.wr.Imm
+		h.IETH.RKey = w.wr.InvRKey
+		// IBA 9.2.2 (rxe init_req_packet): the solicited bit goes on the
+		// last packet of a SEND or of an RDMA WRITE with immediate.
+		h.BTH.SE = last && w.wr.Flags&SendSolicited != 0 && w.wr.Opcode != WRRDMAWrite
+	}
+	// rxe's AckReq cadence: the last packet of every message, and any
+	// packet after more than MaxPktPerAck without one.
+	h.BTH.AckReq = last || r.noackPkts > MaxPktPerAck
+	r.noackPkts++
+	if h.BTH.AckReq {
+		r.noackPkts = 0
+	}
+
+	n := int(payload)
+	b := qp.env.Buffer()[:wire.BuildLen(h.BTH.Opcode, n)]
+	hdr := h.Encode(b)
+	if n > 0 {
+		dst := b[hdr : hdr+n]
+		if len(w.inline) > 0 {
+			copy(dst, w.inline[r.offset:])
+		} else if _, err := qp.cfg.Mem.Gather(qp.cfg.PD, w.sgl, r.offset, dst); err != nil {
+			// IBA 10.7.3.3: a bad local key or address is a local protection error.
+			w.failed = WCLocProtErr
+			w.sent, w.acked = true, true
+			return false
+		}
+	}
+	pad := wire.PadCount(n)
+	wire.BTH(b).SetPadCount(pad)
+	clear(b[hdr+n:])
+	qp.emit(b)
+
+	switch w.wr.Opcode {
+	case WRRDMARead:
+		r.psn = r.psn.Add(int((w.length - r.offset + mtu - 1) / mtu))
+		if w.length == r.offset {
+			r.psn = r.psn.Next() // a zero-length READ still takes one PSN
+		}
+		r.rdAtomicOut++
+		w.sent = true
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+		r.psn = r.psn.Next()
+		r.rdAtomicOut++
+		w.sent = true
+	default:
+		r.psn = r.psn.Next()
+		r.offset += payload
+		w.sent = last
+	}
+	return true
+}

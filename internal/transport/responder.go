@@ -1,0 +1,453 @@
+package transport
+
+import (
+	"errors"
+
+	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// responder executes request packets (IBA 9.7.5, rxe_resp.c):
+//
+//	check PSN      expected: go on; later: one PSN sequence error NAK (then silence
+//	               until the expected PSN arrives); earlier: duplicate, answer again
+//	check opcode   sequence (FIRST → MIDDLE… → LAST) and QP access rights
+//	check keys     R_Key, bounds and MR rights before any byte is touched
+//	execute        SEND into the receive WQE, WRITE into the MR, READ and atomics
+//	respond        ACK (coalesced), NAK, read response, atomic ACK — in PSN order
+//
+// Every packet it sends goes through one ordered queue (out), so an ACK
+// never overtakes an earlier read response, and consecutive ACKs coalesce.
+type responder struct {
+	psn     psn.PSN // expected PSN
+	msn     uint32  // message sequence number (24 bits)
+	nakSent bool    // a PSN sequence error NAK is outstanding
+
+	inMsg    bool // between a FIRST and its LAST
+	msgKind  wire.Kind
+	recv     recvWQE // receive WQE of the SEND (or WRITE with immediate) in progress
+	haveRecv bool
+	recvOff  uint64
+	write    []byte // RDMA WRITE target, checked when the FIRST packet arrived
+	writeOff uint64
+
+	readQ    []respJob // responses waiting to be sent, in PSN order
+	depth    int       // max_dest_rd_atomic
+	atomics  []atomicResult
+	atomicAt int
+}
+
+// respJob is one response to send: an ACK/NAK, a (partly sent) RDMA READ
+// response, or an atomic acknowledge.
+type respJob struct {
+	kind     wire.Kind // KindAck, KindRead, KindAtomic
+	psn      psn.PSN
+	msn      uint32
+	syndrome uint8
+	data     []byte // READ: the bytes still to send
+	sent     int    // READ: response packets already sent
+	orig     uint64 // atomic: the original value
+}
+
+// atomicResult remembers an executed atomic so a duplicate request is
+// answered with the same value and not executed twice (IBA 9.7.5.1.3).
+type atomicResult struct {
+	psn  psn.PSN
+	orig uint64
+	ok   bool
+}
+
+func (r *responder) init() { r.setDepth(1) }
+func (r *responder) reset() {
+	*r = responder{readQ: r.readQ[:0], atomics: r.atomics}
+	r.setDepth(len(r.atomics))
+}
+
+func (r *responder) setDepth(n int) {
+	r.depth = n
+	if len(r.atomics) != n {
+		r.atomics, r.atomicAt = make([]atomicResult, n), 0
+	}
+}
+
+func (r *responder) readsPending() bool { return len(r.readQ) > 0 }
+
+// outstanding counts READ responses and atomic replies not yet sent.
+func (r *responder) outstanding() int {
+	n := 0
+	for i := range r.readQ {
+		if r.readQ[i].kind != wire.KindAck {
+			n++
+		}
+	}
+	return n
+}
+
+// queueAck queues an ACK or NAK; an ACK right behind another queued ACK
+// replaces it (coalescing, rxe's ack_deferred).
+func (r *responder) queueAck(syndrome uint8, p psn.PSN) {
+	if n := len(r.readQ); n > 0 && syndrome == wire.Syndrome(wire.AckTypeACK, wire.CreditsInvalid) {
+		if j := &r.readQ[n-1]; j.kind == wire.KindAck && j.syndrome == syndrome {
+			j.psn, j.msn = p, r.msn
+			return
+		}
+	}
+	r.readQ = append(r.readQ, respJob{kind: wire.KindAck, psn: p, msn: r.msn, syndrome: syndrome})
+}
+
+var ackSyndrome = wire.Syndrome(wire.AckTypeACK, wire.CreditsInvalid)
+
+// handleRequest runs one request packet through the responder.
+func (qp *QP) handleRequest(p *wire.Packet) {
+	r := &qp.resp
+	pn := psn.PSN(p.BTH.PSN())
+	switch d := pn.Diff(r.psn); {
+	case d > 0:
+		// IBA 9.7.5.1.4 (C9-97): a PSN beyond the expected one. NAK it
+		// once, then drop until the expected PSN comes back.
+		if !r.nakSent {
+			r.nakSent = true
+			r.queueAck(wire.Syndrome(wire.AckTypeNAK, uint8(wire.NAKPSNSeqError)), r.psn)
+		}
+		return
+	case d < 0:
+		qp.duplicate(p, pn)
+		return
+	}
+	r.nakSent = false
+	info := p.Info
+	// IBA 9.7.5.1.5: the opcode must continue the message in progress, or
+	// start a new one.
+	if r.inMsg != !info.Position.IsFirst() || r.inMsg && info.Kind != r.msgKind {
+		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		return
+	}
+	switch info.Kind {
+	case wire.KindSend:
+		qp.respSend(p, pn)
+	case wire.KindWrite:
+		qp.respWrite(p, pn)
+	case wire.KindRead:
+		qp.respRead(p, pn)
+	case wire.KindAtomic:
+		qp.respAtomic(p, pn)
+	default: // FLUSH, ATOMIC_WRITE: not offered yet
+		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+	}
+}
+
+// accept moves past a request packet: next PSN, MSN at the end of a
+// message, and an ACK when the requester asked for one.
+func (qp *QP) accept(p *wire.Packet, pn psn.PSN) {
+	r := &qp.resp
+	r.psn = pn.Next()
+	last := p.Info.Position.IsLast()
+	r.inMsg, r.msgKind = !last, p.Info.Kind
+	if last {
+		r.msn = (r.msn + 1) & 0xffffff
+	}
+	if p.BTH.AckReq() {
+		r.queueAck(ackSyndrome, pn)
+	}
+}
+
+// takeRecv gets a receive WQE for a new message; without one the request
+// is answered with an RNR NAK (IBA 9.7.5.2.8) and not accepted.
+func (qp *QP) takeRecv(pn psn.PSN) bool {
+	r := &qp.resp
+	if r.haveRecv {
+		return true
+	}
+	if !qp.cfg.RQ.pop(&r.recv) {
+		r.queueAck(wire.Syndrome(wire.AckTypeRNRNAK, qp.path.MinRNRTimer), pn)
+		return false
+	}
+	r.haveRecv, r.recvOff = true, 0
+	return true
+}
+
+// respSend places SEND payload into the receive WQE (IBA 9.7.5.2.1).
+func (qp *QP) respSend(p *wire.Packet, pn psn.PSN) {
+	r := &qp.resp
+	if p.Info.Position.IsFirst() && !qp.takeRecv(pn) {
+		return
+	}
+	if !qp.placeRecv(p, pn) {
+		return
+	}
+	qp.accept(p, pn)
+	if p.Info.Position.IsLast() {
+		wc := WC{WRID: r.recv.wrid, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPNum: qp.cfg.QPN, SrcQP: qp.path.DestQPN}
+		if p.ImmDt != nil {
+			wc.Flags, wc.Imm = WCWithImm, p.ImmDt.Imm()
+		}
+		if p.IETH != nil {
+			// IBA 9.4.1.1: SEND with invalidate revokes the named R_Key.
+			if err := qp.cfg.Mem.Invalidate(qp.cfg.PD, p.IETH.RKey()); err != nil {
+				qp.responderError(pn, wire.NAKInvalidReq, WCLocQPOpErr)
+				return
+			}
+			wc.Flags, wc.InvRKey = WCWithInv, p.IETH.RKey()
+		}
+		r.haveRecv = false
+		qp.cfg.RecvCQ.Push(&wc, p.BTH.SE())
+	}
+}
+
+// placeRecv scatters payload into the receive WQE; a message longer than
+// the buffers is a length error (IBA 9.7.5.2.1: invalid request NAK, and
+// LOC_LEN_ERR on the receive WQE).
+func (qp *QP) placeRecv(p *wire.Packet, pn psn.PSN) bool {
+	r := &qp.resp
+	n := uint64(len(p.Payload))
+	if r.recvOff+n > memory.TotalLength(r.recv.sgl) {
+		qp.responderError(pn, wire.NAKInvalidReq, WCLocLenErr)
+		return false
+	}
+	if n > 0 {
+		if _, err := qp.cfg.Mem.Scatter(qp.cfg.PD, r.recv.sgl, r.recvOff, p.Payload); err != nil {
+			qp.responderError(pn, wire.NAKRemoteOpError, WCLocProtErr)
+			return false
+		}
+	}
+	r.recvOff += n
+	return true
+}
+
+// checkRemote validates an R_Key, address range and rights (IBA 9.7.5.2.4:
+// a violation is a remote access error, and no memory is touched).
+func (qp *QP) checkRemote(pn psn.PSN, rkey uint32, va, n uint64, need memory.Access) ([]byte, bool) {
+	mr, err := qp.cfg.Mem.Remote(qp.cfg.PD, rkey)
+	if err == nil {
+		var b []byte
+		if b, err = mr.CheckRemote(va, n, need); err == nil {
+			return b, true
+		}
+	}
+	qp.responderError(pn, wire.NAKRemoteAccess, WCSuccess)
+	return nil, false
+}
+
+// respWrite places RDMA WRITE payload (IBA 9.7.5.2.2).
+func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
+	r := &qp.resp
+	// IBA 9.7.5.2.2 / rxe check_op_valid: the QP must allow remote writes.
+	if qp.path.Access&memory.AccessRemoteWrite == 0 {
+		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		return
+	}
+	if p.RETH != nil {
+		r.write, r.writeOff = nil, 0
+		// IBA 9.7.5.2.2: a zero-length WRITE checks no R_Key.
+		if n := uint64(p.RETH.DMALen()); n > 0 {
+			b, ok := qp.checkRemote(pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteWrite)
+			if !ok {
+				return
+			}
+			r.write = b
+		}
+	}
+	n := uint64(len(p.Payload))
+	last := p.Info.Position.IsLast()
+	if r.writeOff+n > uint64(len(r.write)) || last && r.writeOff+n != uint64(len(r.write)) ||
+		!last && n != uint64(qp.path.MTU) {
+		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess) // length error
+		return
+	}
+	if p.ImmDt != nil && !qp.takeRecv(pn) {
+		return // RNR: nothing placed yet; the requester resends this packet
+	}
+	copy(r.write[r.writeOff:], p.Payload)
+	r.writeOff += n
+	qp.accept(p, pn)
+	if p.ImmDt != nil {
+		wc := WC{WRID: r.recv.wrid, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.writeOff), Imm: p.ImmDt.Imm(),
+			Flags: WCWithImm, QPNum: qp.cfg.QPN, SrcQP: qp.path.DestQPN}
+		r.haveRecv = false
+		qp.cfg.RecvCQ.Push(&wc, p.BTH.SE())
+	}
+}
+
+// respRead queues an RDMA READ response (IBA 9.7.5.2.3).
+func (qp *QP) respRead(p *wire.Packet, pn psn.PSN) {
+	r := &qp.resp
+	if qp.path.Access&memory.AccessRemoteRead == 0 || r.outstanding() >= r.depth {
+		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		return
+	}
+	n := uint64(p.RETH.DMALen())
+	var data []byte
+	if n > 0 {
+		b, ok := qp.checkRemote(pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteRead)
+		if !ok {
+			return
+		}
+		data = b
+	}
+	npkts := max(int((n+uint64(qp.path.MTU)-1)/uint64(qp.path.MTU)), 1)
+	r.msn = (r.msn + 1) & 0xffffff
+	r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn, data: data})
+	r.psn = pn.Add(npkts)
+	r.inMsg = false
+}
+
+// respAtomic executes CMP_SWAP or FETCH_ADD (IBA 9.7.5.2.5) on 8 aligned bytes.
+func (qp *QP) respAtomic(p *wire.Packet, pn psn.PSN) {
+	r := &qp.resp
+	a := p.AtomicETH
+	if qp.path.Access&memory.AccessRemoteAtomic == 0 || r.outstanding() >= r.depth {
+		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		return
+	}
+	mr, err := qp.cfg.Mem.Remote(qp.cfg.PD, a.RKey())
+	var b []byte
+	if err == nil {
+		b, err = mr.CheckAtomic(a.VA(), memory.AccessRemoteAtomic)
+	}
+	switch {
+	case errors.Is(err, memory.ErrAlign):
+		// IBA 9.7.5.2.5 / rxe: a misaligned atomic is an invalid request.
+		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		return
+	case err != nil:
+		qp.responderError(pn, wire.NAKRemoteAccess, WCSuccess)
+		return
+	}
+	var orig uint64
+	if p.BTH.Opcode().Op() == wire.OpCompareSwap {
+		orig = memory.CompareSwap(b, a.Compare(), a.SwapAdd())
+	} else {
+		orig = memory.FetchAdd(b, a.SwapAdd())
+	}
+	r.atomics[r.atomicAt] = atomicResult{psn: pn, orig: orig, ok: true}
+	r.atomicAt = (r.atomicAt + 1) % len(r.atomics)
+	r.msn = (r.msn + 1) & 0xffffff
+	r.readQ = append(r.readQ, respJob{kind: wire.KindAtomic, psn: pn, msn: r.msn, orig: orig})
+	r.psn = pn.Next()
+	r.inMsg = false
+}
+
+// duplicate answers a request the responder has already executed (IBA
+// 9.7.5.1.6): SEND and WRITE get an ACK again, READ is answered again from
+// memory, an atomic with the value it returned the first time.
+func (qp *QP) duplicate(p *wire.Packet, pn psn.PSN) {
+	r := &qp.resp
+	switch p.Info.Kind {
+	case wire.KindRead:
+		if n := uint64(p.RETH.DMALen()); n > 0 {
+			mr, err := qp.cfg.Mem.Remote(qp.cfg.PD, p.RETH.RKey())
+			if err != nil {
+				return
+			}
+			b, err := mr.CheckRemote(p.RETH.VA(), n, memory.AccessRemoteRead)
+			if err != nil {
+				return
+			}
+			r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn, data: b})
+		} else {
+			r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn})
+		}
+	case wire.KindAtomic:
+		for _, a := range r.atomics {
+			if a.ok && a.psn == pn {
+				r.readQ = append(r.readQ, respJob{kind: wire.KindAtomic, psn: pn, msn: r.msn, orig: a.orig})
+				return
+			}
+		}
+	default:
+		if p.BTH.AckReq() {
+			r.queueAck(ackSyndrome, r.psn.Add(-1))
+		}
+	}
+}
+
+// responderError answers a request the responder cannot execute with a
+// NAK and moves the QP to ERR (IBA 9.7.5.2.x class C/D errors; rxe does the
+// same). recvStatus, unless SUCCESS, completes the receive WQE in progress.
+func (qp *QP) responderError(pn psn.PSN, code wire.NAKCode, recvStatus WCStatus) {
+	r := &qp.resp
+	r.queueAck(wire.Syndrome(wire.AckTypeNAK, uint8(code)), pn)
+	qp.sendResponses(true) // the NAK must leave before the flush
+	if r.haveRecv && recvStatus != WCSuccess {
+		r.haveRecv = false
+		qp.cfg.RecvCQ.Push(&WC{WRID: r.recv.wrid, Status: recvStatus, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
+	}
+	qp.fatal(WCRemInvReqErr)
+}
+
+// continueReads is called by Progress: it sends queued responses.
+func (r *responder) continueReads(qp *QP) { qp.sendResponses(false) }
+
+// sendResponses sends queued responses in order, at most readBurst read
+// response packets unless all is set.
+func (qp *QP) sendResponses(all bool) {
+	r := &qp.resp
+	budget := readBurst
+	i := 0
+	for ; i < len(r.readQ) && (all || budget > 0); i++ {
+		j := &r.readQ[i]
+		switch j.kind {
+		case wire.KindAck:
+			qp.sendAck(j.syndrome, j.psn, j.msn)
+		case wire.KindAtomic:
+			h := wire.Headers{BTH: qp.respBTH(wire.OpAtomicAcknowledge, j.psn)}
+			h.AETH = wire.AETHFields{Syndrome: ackSyndrome, MSN: j.msn}
+			h.AtomicAckETH.OrigData = j.orig
+			qp.emitHeaders(&h, nil)
+		case wire.KindRead:
+			for len(j.data) > 0 || j.sent == 0 {
+				if !all && budget == 0 {
+					r.readQ = r.readQ[i:]
+					return
+				}
+				qp.sendReadPacket(j)
+				budget--
+				if len(j.data) == 0 {
+					break
+				}
+			}
+		}
+	}
+	r.readQ = r.readQ[:copy(r.readQ, r.readQ[i:])]
+}
+
+// sendReadPacket sends the next RDMA READ response packet of j.
+func (qp *QP) sendReadPacket(j *respJob) {
+	mtu := qp.path.MTU
+	n := min(len(j.data), mtu)
+	first, last := j.sent == 0, len(j.data) <= mtu
+	var op uint8
+	switch {
+	case first && last:
+		op = wire.OpReadResponseOnly
+	case first:
+		op = wire.OpReadResponseFirst
+	case last:
+		op = wire.OpReadResponseLast
+	default:
+		op = wire.OpReadResponseMiddle
+	}
+	h := wire.Headers{BTH: qp.respBTH(op, j.psn.Add(j.sent))}
+	h.AETH = wire.AETHFields{Syndrome: ackSyndrome, MSN: j.msn}
+	qp.emitHeaders(&h, j.data[:n])
+	j.data = j.data[n:]
+	j.sent++
+}
+
+func (qp *QP) respBTH(op uint8, p psn.PSN) wire.BTHFields {
+	return wire.BTHFields{Opcode: wire.Opcode(op), PKey: qp.path.PKey, DestQP: qp.path.DestQPN, PSN: uint32(p)}
+}
+
+func (qp *QP) sendAck(syndrome uint8, p psn.PSN, msn uint32) {
+	h := wire.Headers{BTH: qp.respBTH(wire.OpAcknowledge, p)}
+	h.AETH = wire.AETHFields{Syndrome: syndrome, MSN: msn}
+	qp.emitHeaders(&h, nil)
+}
+
+// emitHeaders builds a packet from headers and payload and emits it.
+func (qp *QP) emitHeaders(h *wire.Headers, payload []byte) {
+	b := qp.env.Buffer()[:wire.BuildLen(h.BTH.Opcode, len(payload))]
+	wire.Build(b, h, payload)
+	qp.emit(b)
+}
