@@ -1,0 +1,348 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// Config describes a device. The zero value of every field but Addr works.
+type Config struct {
+	// Addr is the IP address (IPv4 or IPv6) the device sends from and
+	// receives on. Each device needs its own address and port: to run
+	// several devices on one host (a server and a client process, say),
+	// give them different loopback addresses such as 127.0.0.1 and
+	// 127.0.0.2.
+	Addr netip.Addr
+	// Port is the UDP port; 0 means 4791, the RoCEv2 port, which peers such
+	// as Linux rxe always send to.
+	Port uint16
+	// MTU is the interface MTU from which the port's active MTU follows
+	// (rxe's rule: the largest IB MTU not above MTU − 80, 256…4096).
+	// 0 means the MTU of the interface that holds Addr.
+	MTU int
+	// Workers is the number of goroutines that run QPs; 0 means up to 4,
+	// bounded by GOMAXPROCS.
+	Workers int
+	// Link, when set, replaces the UDP socket: tests use in-memory links.
+	// It is an internal type; programs outside goroce leave it nil.
+	Link link.Link
+}
+
+// Device limits (rxe's, REFERENCE.md §1.2, within what goroce implements).
+const (
+	maxQP          = 1<<20 - 16
+	maxQPWR        = 1 << 16
+	maxSGE         = 32
+	maxInline      = 512
+	maxCQ          = 1 << 16
+	maxCQE         = 1<<20 - 1
+	maxMR          = 1 << 19
+	maxPD          = 1 << 20
+	maxSRQ         = 1 << 16
+	maxSRQWR       = 1 << 16
+	maxSRQSGE      = 27
+	maxRdAtom      = 128
+	gidTableLen    = 1024
+	defaultUDPPort = wire.UDPPort
+)
+
+// DeviceAttr are the device's attributes (struct ibv_device_attr).
+type DeviceAttr struct {
+	FWVer           string
+	NodeGUID        uint64
+	SysImageGUID    uint64
+	MaxMRSize       uint64
+	VendorID        uint32
+	MaxQP           int
+	MaxQPWR         int
+	MaxSGE          int
+	MaxSGERD        int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int // outstanding RDMA READs/atomics a QP accepts
+	MaxQPInitRdAtom int // outstanding RDMA READs/atomics a QP initiates
+	MaxSRQ          int
+	MaxSRQWR        int
+	MaxSRQSGE       int
+	MaxInlineData   int
+	MaxMsgSize      uint64
+	AtomicCap       string // "HCA": atomics are atomic with respect to this device
+	PhysPortCnt     int
+	LocalCAAckDelay int
+	MaxPKeys        int
+}
+
+// PortState is a port's state (enum ibv_port_state).
+type PortState uint8
+
+const (
+	PortDown   PortState = 1
+	PortInit   PortState = 2
+	PortArmed  PortState = 3
+	PortActive PortState = 4
+)
+
+func (s PortState) String() string {
+	switch s {
+	case PortDown:
+		return "PORT_DOWN"
+	case PortInit:
+		return "PORT_INIT"
+	case PortArmed:
+		return "PORT_ARMED"
+	case PortActive:
+		return "PORT_ACTIVE"
+	}
+	return fmt.Sprintf("PORT_STATE_%d", uint8(s))
+}
+
+// MTU is an IB MTU (enum ibv_mtu).
+type MTU uint8
+
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
+// Bytes returns the MTU in bytes, 0 for an invalid value.
+func (m MTU) Bytes() int {
+	if m < MTU256 || m > MTU4096 {
+		return 0
+	}
+	return 128 << m
+}
+
+func (m MTU) String() string { return fmt.Sprint(m.Bytes()) }
+
+// ActiveMTU returns the IB MTU rxe uses on an interface of the given MTU:
+// the largest not above mtu − 80 (room for Ethernet, IP, UDP and IBA
+// headers), between 256 and 4096 (rxe_net.c: rxe_set_mtu).
+func ActiveMTU(ifMTU int) MTU {
+	for m := MTU4096; m > MTU256; m-- {
+		if m.Bytes() <= ifMTU-80 {
+			return m
+		}
+	}
+	return MTU256
+}
+
+// PortAttr are the port's attributes (struct ibv_port_attr).
+type PortAttr struct {
+	State      PortState
+	MaxMTU     MTU
+	ActiveMTU  MTU
+	GIDTblLen  int
+	MaxMsgSize uint64
+	PKeyTblLen int
+	LinkLayer  string // "Ethernet"
+}
+
+// GID is a 128-bit global identifier; on RoCE, an IPv6 address or an
+// IPv4-mapped IPv6 address.
+type GID [16]byte
+
+// GIDFromAddr returns the GID of an address (IPv4 as ::ffff:a.b.c.d).
+func GIDFromAddr(a netip.Addr) GID { return GID(a.As16()) }
+
+// Addr returns the IP address a GID names.
+func (g GID) Addr() netip.Addr { return netip.AddrFrom16(g).Unmap() }
+
+func (g GID) String() string { return netip.AddrFrom16(g).String() }
+
+// Device is a software RDMA device bound to one IP address.
+type Device struct {
+	cfg   Config
+	name  string
+	link  link.Link
+	mem   *memory.Table
+	attr  DeviceAttr
+	port  PortAttr
+	gids  []GID
+	local netip.AddrPort
+
+	mu     sync.Mutex
+	closed bool
+	qps    map[uint32]*QP // QPN → QP, for the dispatcher
+	qpns   uint32         // last QPN handed out
+	pds    uint32
+	nObjs  map[string]int
+
+	qpTable atomic.Pointer[map[uint32]*QP] // read by the dispatcher without the lock
+
+	events chan AsyncEvent
+	disp   *dispatcher
+}
+
+// ErrClosed is returned by operations on a closed device.
+var ErrClosed = errors.New("verbs: device closed")
+
+// Open creates a device on cfg.Addr and starts its goroutines.
+func Open(cfg Config) (*Device, error) {
+	if !cfg.Addr.IsValid() {
+		return nil, errors.New("verbs: Config.Addr is required")
+	}
+	cfg.Addr = cfg.Addr.Unmap()
+	if cfg.Port == 0 {
+		cfg.Port = defaultUDPPort
+	}
+	ifMTU, mac := interfaceOf(cfg.Addr)
+	if cfg.MTU == 0 {
+		cfg.MTU = ifMTU
+	}
+	d := &Device{
+		cfg:    cfg,
+		local:  netip.AddrPortFrom(cfg.Addr, cfg.Port),
+		mem:    memory.NewTable(maxMR),
+		qps:    map[uint32]*QP{},
+		qpns:   0x10, // rxe hands out data QPNs from 0x11
+		events: make(chan AsyncEvent, 256),
+		nObjs:  map[string]int{},
+	}
+	d.name = "goroce_" + cfg.Addr.String()
+	d.gids = gidTable(cfg.Addr, mac)
+	guid := nodeGUID(cfg.Addr, mac)
+	d.attr = DeviceAttr{
+		FWVer: "goroce", NodeGUID: guid, SysImageGUID: guid, MaxMRSize: 1<<64 - 1, VendorID: 0xffffff,
+		MaxQP: maxQP, MaxQPWR: maxQPWR, MaxSGE: maxSGE, MaxSGERD: maxSGE, MaxCQ: maxCQ, MaxCQE: maxCQE,
+		MaxMR: maxMR, MaxPD: maxPD, MaxQPRdAtom: maxRdAtom, MaxQPInitRdAtom: maxRdAtom,
+		MaxSRQ: maxSRQ, MaxSRQWR: maxSRQWR, MaxSRQSGE: maxSRQSGE, MaxInlineData: maxInline,
+		MaxMsgSize: 1 << 31, AtomicCap: "HCA", PhysPortCnt: 1, LocalCAAckDelay: 15, MaxPKeys: 64,
+	}
+	d.port = PortAttr{State: PortActive, MaxMTU: MTU4096, ActiveMTU: ActiveMTU(cfg.MTU),
+		GIDTblLen: gidTableLen, MaxMsgSize: 1 << 31, PKeyTblLen: 1, LinkLayer: "Ethernet"}
+	empty := map[uint32]*QP{}
+	d.qpTable.Store(&empty)
+	d.link = cfg.Link
+	if d.link == nil {
+		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local})
+		if err != nil {
+			return nil, fmt.Errorf("verbs: open %v: %w", d.local, err)
+		}
+		d.link = l
+	}
+	d.disp = newDispatcher(d, cfg.Workers)
+	return d, nil
+}
+
+// Name returns the device's name, "goroce_" followed by its address.
+func (d *Device) Name() string { return d.name }
+
+// Addr returns the address and UDP port the device uses.
+func (d *Device) Addr() netip.AddrPort { return d.local }
+
+// QueryDevice returns the device attributes.
+func (d *Device) QueryDevice() DeviceAttr { return d.attr }
+
+// QueryPort returns the attributes of port 1, the only port.
+func (d *Device) QueryPort() PortAttr { return d.port }
+
+// GIDs returns the GID table, in rxe's order: for an IPv4 address, the
+// link-local GID at index 0 and the IPv4-mapped GID at index 1 (the one to
+// use); for an IPv6 address, the link-local GID and then the address.
+func (d *Device) GIDs() []GID { return append([]GID(nil), d.gids...) }
+
+// QueryGID returns GID index i.
+func (d *Device) QueryGID(i int) (GID, error) {
+	if i < 0 || i >= len(d.gids) {
+		return GID{}, fmt.Errorf("verbs: %s: GID index %d out of range (table has %d)", d.name, i, len(d.gids))
+	}
+	return d.gids[i], nil
+}
+
+// GIDIndex returns the index of the GID of the device's own address.
+func (d *Device) GIDIndex() int {
+	g := GIDFromAddr(d.cfg.Addr)
+	for i, x := range d.gids {
+		if x == g {
+			return i
+		}
+	}
+	return 0
+}
+
+// Close stops the device: every QP moves to the error state with its work
+// requests flushed, the goroutines stop and the socket closes. It never
+// blocks on a peer.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	err := d.link.Close()
+	d.disp.stop()
+	close(d.events)
+	return err
+}
+
+// interfaceOf returns the MTU and MAC address of the interface holding
+// addr; loopback has no MAC.
+func interfaceOf(addr netip.Addr) (int, net.HardwareAddr) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 1500, nil
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == addr {
+					return ifc.MTU, ifc.HardwareAddr
+				}
+			}
+		}
+	}
+	if addr.IsLoopback() {
+		return 65536, nil
+	}
+	return 1500, nil
+}
+
+// nodeGUID derives the node GUID as rxe does from the MAC (EUI-64), or,
+// without one, from the address.
+func nodeGUID(addr netip.Addr, mac net.HardwareAddr) uint64 {
+	if len(mac) == 6 {
+		return uint64(mac[0]^2)<<56 | uint64(mac[1])<<48 | uint64(mac[2])<<40 | 0xfffe<<24 |
+			uint64(mac[3])<<16 | uint64(mac[4])<<8 | uint64(mac[5])
+	}
+	b := addr.As16()
+	g := uint64(0x0200000000000000)
+	for _, x := range b {
+		g = g*31 + uint64(x)
+	}
+	return g&0x00ffffffffffffff | 0x0200000000000000
+}
+
+// gidTable builds the GID table: index 0 the link-local GID (from the MAC,
+// or from the node GUID when there is none), then the address.
+func gidTable(addr netip.Addr, mac net.HardwareAddr) []GID {
+	var ll GID
+	ll[0], ll[1] = 0xfe, 0x80
+	guid := nodeGUID(addr, mac)
+	for i := range 8 {
+		ll[8+i] = byte(guid >> (56 - 8*i))
+	}
+	own := GIDFromAddr(addr)
+	if own == ll || addr.Is6() && addr.IsLinkLocalUnicast() {
+		return []GID{own}
+	}
+	return []GID{ll, own}
+}

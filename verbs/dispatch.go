@@ -1,0 +1,331 @@
+package verbs
+
+import (
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/transport"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// The device's goroutines:
+//
+//	reader     link.ReadBatch → route each packet by destination QPN to the
+//	           worker that owns the QP (QPN modulo the number of workers)
+//	worker ×N  owns its QPs' transport state: runs Receive, Progress and
+//	           Timeout, and writes what they emit with link.WriteBatch
+//
+// Users' goroutines post work requests into locked queues and kick the
+// worker; modify and destroy run as calls on the worker. Device.Close
+// closes the link, which ends the reader, and stops the workers; nothing
+// waits for a peer.
+
+// pktBuf is a packet buffer; buffers circulate through bufPool between the
+// reader, the workers and the link, so packets allocate nothing.
+type pktBuf [link.MaxPacket]byte
+
+var bufPool = sync.Pool{New: func() any { return new(pktBuf) }}
+
+func getBuf() []byte  { return bufPool.Get().(*pktBuf)[:0] }
+func putBuf(b []byte) { bufPool.Put((*pktBuf)(b[:link.MaxPacket])) }
+func fullBuf() []byte { return bufPool.Get().(*pktBuf)[:] }
+
+// rxBatch carries received packets from the reader to one worker.
+type rxBatch struct {
+	bufs [link.MaxBatch][]byte
+	n    int
+}
+
+var batchPool = sync.Pool{New: func() any { return new(rxBatch) }}
+
+type evKind uint8
+
+const (
+	evPackets evKind = iota
+	evKick
+	evCall
+)
+
+type event struct {
+	kind  evKind
+	batch *rxBatch
+	qp    *QP
+	fn    func()
+	done  chan struct{}
+}
+
+type dispatcher struct {
+	dev        *Device
+	workers    []*worker
+	readerDone chan struct{}
+}
+
+func newDispatcher(d *Device, n int) *dispatcher {
+	if n <= 0 {
+		n = min(runtime.GOMAXPROCS(0), 4)
+	}
+	p := &dispatcher{dev: d, readerDone: make(chan struct{})}
+	for range n {
+		w := &worker{dev: d, ch: make(chan event, 1024), quit: make(chan struct{}), exited: make(chan struct{}),
+			qps: map[uint32]*QP{}, timer: time.NewTimer(time.Hour)}
+		w.timer.Stop()
+		p.workers = append(p.workers, w)
+		go w.run()
+	}
+	go p.read()
+	return p
+}
+
+func (p *dispatcher) workerFor(qpn uint32) *worker { return p.workers[qpn%uint32(len(p.workers))] }
+
+// stop ends the workers; the reader ends when the link closes.
+func (p *dispatcher) stop() {
+	<-p.readerDone
+	for _, w := range p.workers {
+		close(w.quit)
+		<-w.exited
+	}
+}
+
+// read is the reader goroutine.
+func (p *dispatcher) read() {
+	defer close(p.readerDone)
+	var pkts [link.MaxBatch]link.Packet
+	batches := make([]*rxBatch, len(p.workers))
+	for {
+		for i := range pkts {
+			if cap(pkts[i].Buf) == 0 {
+				pkts[i].Buf = fullBuf()
+			}
+			pkts[i].Buf = pkts[i].Buf[:link.MaxPacket]
+		}
+		n, err := p.dev.link.ReadBatch(pkts[:])
+		if err != nil {
+			for i := range pkts {
+				putBuf(pkts[i].Buf)
+			}
+			return
+		}
+		table := *p.dev.qpTable.Load()
+		for i := range n {
+			b := pkts[i].Buf
+			qp := table[wire.BTH(b).DestQP()]
+			if qp == nil {
+				continue // no such QP: dropped (the buffer is reused)
+			}
+			wi := int(qp.qpn % uint32(len(p.workers)))
+			if batches[wi] == nil {
+				batches[wi] = batchPool.Get().(*rxBatch)
+			}
+			bt := batches[wi]
+			bt.bufs[bt.n] = b
+			bt.n++
+			pkts[i].Buf = nil
+		}
+		for wi, bt := range batches {
+			if bt == nil {
+				continue
+			}
+			batches[wi] = nil
+			w := p.workers[wi]
+			select {
+			case w.ch <- event{kind: evPackets, batch: bt}:
+			case <-w.exited:
+				return
+			}
+		}
+	}
+}
+
+// worker runs the QPs hashed to it. It implements transport.Env.
+type worker struct {
+	dev    *Device
+	ch     chan event
+	quit   chan struct{}
+	exited chan struct{}
+	timer  *time.Timer
+
+	// Owned by the worker goroutine.
+	qps   map[uint32]*QP
+	dirty []*QP
+	tx    []link.Packet
+	pkt   wire.Packet
+}
+
+func (w *worker) run() {
+	defer close(w.exited)
+	for {
+		select {
+		case ev := <-w.ch:
+			w.handle(ev)
+			for more := true; more; { // take what else is queued before writing
+				select {
+				case ev := <-w.ch:
+					w.handle(ev)
+				default:
+					more = false
+				}
+			}
+		case <-w.timer.C:
+			now := time.Now()
+			for _, qp := range w.qps {
+				if d := qp.t.Deadline(); !d.IsZero() && !now.Before(d) {
+					qp.t.Timeout(now)
+					w.markDirty(qp)
+				}
+			}
+		case <-w.quit:
+			w.flush()
+			return
+		}
+		w.progress()
+		w.flush()
+		w.rearm()
+	}
+}
+
+func (w *worker) handle(ev event) {
+	switch ev.kind {
+	case evPackets:
+		now := time.Now()
+		for i := range ev.batch.n {
+			b := ev.batch.bufs[i]
+			ev.batch.bufs[i] = nil
+			if err := w.pkt.Parse(b); err == nil {
+				if qp := w.qps[w.pkt.BTH.DestQP()]; qp != nil {
+					qp.t.Receive(&w.pkt, now)
+					w.markDirty(qp)
+				}
+			}
+			putBuf(b)
+		}
+		ev.batch.n = 0
+		batchPool.Put(ev.batch)
+	case evKick:
+		ev.qp.kicked.Store(false)
+		w.markDirty(ev.qp)
+	case evCall:
+		ev.fn()
+		close(ev.done)
+	}
+}
+
+func (w *worker) markDirty(qp *QP) {
+	for _, d := range w.dirty {
+		if d == qp {
+			return
+		}
+	}
+	w.dirty = append(w.dirty, qp)
+}
+
+// progress runs the dirty QPs until they have nothing more to send now.
+func (w *worker) progress() {
+	now := time.Now()
+	for len(w.dirty) > 0 {
+		qp := w.dirty[0]
+		qp.t.Progress(now)
+		if qp.t.Busy() {
+			w.flush()
+			// Let other QPs and queued events in before continuing.
+			w.dirty = append(w.dirty[1:], qp)
+			select {
+			case ev := <-w.ch:
+				w.handle(ev)
+			default:
+			}
+			continue
+		}
+		w.dirty = w.dirty[1:]
+	}
+	w.dirty = w.dirty[:0]
+}
+
+// rearm sets the timer to the earliest QP deadline.
+func (w *worker) rearm() {
+	var next time.Time
+	for _, qp := range w.qps {
+		if d := qp.t.Deadline(); !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	w.timer.Stop()
+	if !next.IsZero() {
+		w.timer.Reset(max(time.Until(next), 0))
+	}
+}
+
+// Buffer implements transport.Env.
+func (w *worker) Buffer() []byte { return getBuf() }
+
+// Emit implements transport.Env: packets are written in batches.
+func (w *worker) Emit(p link.Packet) {
+	w.tx = append(w.tx, p)
+	if len(w.tx) == link.MaxBatch {
+		w.flush()
+	}
+}
+
+// Fatal implements transport.Env.
+func (w *worker) Fatal(t *transport.QP, _ transport.WCStatus) {
+	if qp := w.qps[t.QPN()]; qp != nil {
+		qp.fatal()
+	}
+}
+
+// flush writes the queued packets.
+func (w *worker) flush() {
+	for len(w.tx) > 0 {
+		n, err := w.dev.link.WriteBatch(w.tx)
+		if err != nil && n == 0 {
+			n = 1 // drop the packet the link refused; the transport retries
+		}
+		for i := range n {
+			putBuf(w.tx[i].Buf)
+			w.tx[i] = link.Packet{}
+		}
+		w.tx = w.tx[:copy(w.tx, w.tx[n:])]
+	}
+}
+
+// kick queues a kick event for qp.
+func (w *worker) kick(qp *QP) {
+	select {
+	case w.ch <- event{kind: evKick, qp: qp}:
+	case <-w.exited:
+	}
+}
+
+// call runs fn on the worker and waits for it; after the worker has
+// stopped, fn runs on the caller.
+func (w *worker) call(fn func()) {
+	done := make(chan struct{})
+	select {
+	case w.ch <- event{kind: evCall, fn: fn, done: done}:
+	case <-w.exited:
+		fn()
+		return
+	}
+	select {
+	case <-done:
+	case <-w.exited:
+		select {
+		case <-done:
+		default:
+			fn() // queued but never run
+		}
+	}
+}
+
+// forget drops a destroyed QP from the worker.
+func (w *worker) forget(qp *QP) {
+	delete(w.qps, qp.qpn)
+	for i, d := range w.dirty {
+		if d == qp {
+			w.dirty = append(w.dirty[:i], w.dirty[i+1:]...)
+			break
+		}
+	}
+}

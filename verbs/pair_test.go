@@ -1,0 +1,237 @@
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/link"
+)
+
+// endpoint is one side of a connected RC pair used by the tests.
+type endpoint struct {
+	dev *Device
+	pd  *PD
+	cq  *CQ
+	ch  *CompChannel
+	qp  *QP
+	mr  *MR
+	buf []byte
+}
+
+// newDevices opens two devices joined by an in-memory link.
+func newDevices(t testing.TB) (*Device, *Device) {
+	t.Helper()
+	a, b := netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791")
+	la, lb := link.NewMemPair(a, b)
+	da, err := Open(Config{Addr: a.Addr(), Link: la, MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(Config{Addr: b.Addr(), Link: lb, MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close(); db.Close() })
+	return da, db
+}
+
+func newEndpoint(t testing.TB, d *Device, size int) *endpoint {
+	t.Helper()
+	e := &endpoint{dev: d, ch: NewCompChannel()}
+	var err error
+	if e.pd, err = d.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = d.CreateCQ(4096, e.ch); err != nil {
+		t.Fatal(err)
+	}
+	e.buf = make([]byte, size)
+	if e.mr, err = e.pd.RegMR(e.buf, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic); err != nil {
+		t.Fatal(err)
+	}
+	e.qp, err = e.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// connect moves both QPs to RTS, each pointing at the other.
+func connect(t testing.TB, a, b *endpoint, mtu MTU) { connectRNR(t, a, b, mtu, 7) }
+
+// connectRNR is connect with a's rnr_retry set.
+func connectRNR(t testing.TB, a, b *endpoint, mtu MTU, rnrRetry uint8) {
+	t.Helper()
+	psnA, psnB := uint32(0x5a14bc), uint32(0xfffff0) // b's PSNs wrap during the tests
+	for _, s := range []struct {
+		e, peer *endpoint
+		sq, rq  uint32
+	}{{a, b, psnA, psnB}, {b, a, psnB, psnA}} {
+		qp := s.e.qp
+		must(t, qp.Modify(&QPAttr{State: QPSInit, PKeyIndex: 0, PortNum: 1,
+			AccessFlags: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
+			AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
+		ah := AHAttr{IsGlobal: true, DGID: GIDFromAddr(s.peer.dev.Addr().Addr()), SGIDIndex: uint8(s.e.dev.GIDIndex()), HopLimit: 64}
+		must(t, qp.Modify(&QPAttr{State: QPSRTR, PathMTU: mtu, DestQPN: s.peer.qp.QPN(), RQPSN: s.rq, AH: ah,
+			MaxDestRdAtomic: 16, MinRNRTimer: 1},
+			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
+		rnr := uint8(7)
+		if s.e == a {
+			rnr = rnrRetry
+		}
+		must(t, qp.Modify(&QPAttr{State: QPSRTS, SQPSN: s.sq, Timeout: 14, RetryCnt: 7, RNRRetry: rnr, MaxRdAtomic: 16},
+			AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic))
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait polls cq until n completions arrived or the deadline passed.
+func wait(t testing.TB, cq *CQ, n int) []WC {
+	t.Helper()
+	out := make([]WC, 0, n)
+	buf := make([]WC, 16)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(out) < n {
+		k := cq.Poll(buf[:min(len(buf), n-len(out))])
+		out = append(out, buf[:k]...)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("got %d of %d completions: %+v", len(out), n, out)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+func pair(t testing.TB, size int, mtu MTU) (*endpoint, *endpoint) {
+	da, db := newDevices(t)
+	a, b := newEndpoint(t, da, size), newEndpoint(t, db, size)
+	connect(t, a, b, mtu)
+	return a, b
+}
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+var sizesFor = func(mtu int) []int { return []int{0, 1, mtu - 1, mtu, mtu + 1, 3*mtu + 7, 1 << 20} }
+
+func TestSendRecv(t *testing.T) {
+	for _, mtu := range []MTU{MTU1024, MTU4096} {
+		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
+			a, b := pair(t, 2<<20, mtu)
+			for i, n := range sizesFor(mtu.Bytes()) {
+				fill(a.buf[:n], uint64(i))
+				clear(b.buf)
+				_, err := b.qp.PostRecv([]RecvWR{{WRID: 100 + uint64(i), SGL: []SGE{b.mr.SGE(0, 1<<20+100)}}})
+				must(t, err)
+				_, err = a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 0xc0ffee00 + uint32(i),
+					SGL: []SGE{a.mr.SGE(0, n)}}})
+				must(t, err)
+				s := wait(t, a.cq, 1)[0]
+				r := wait(t, b.cq, 1)[0]
+				if s.Status != WCSuccess || s.Opcode != WCSend || s.WRID != uint64(i) {
+					t.Fatalf("size %d: send WC %+v", n, s)
+				}
+				if r.Status != WCSuccess || r.Opcode != WCRecv || r.ByteLen != uint32(n) || r.Flags&WCWithImm == 0 ||
+					r.Imm != 0xc0ffee00+uint32(i) || r.WRID != 100+uint64(i) || r.SrcQP != a.qp.QPN() {
+					t.Fatalf("size %d: recv WC %+v", n, r)
+				}
+				if !bytes.Equal(b.buf[:n], a.buf[:n]) {
+					t.Fatalf("size %d: received data differs", n)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteRead(t *testing.T) {
+	for _, mtu := range []MTU{MTU1024, MTU4096} {
+		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
+			a, b := pair(t, 4<<20, mtu)
+			for i, n := range sizesFor(mtu.Bytes()) {
+				fill(a.buf[:n], uint64(i)+7)
+				_, err := a.qp.PostSend([]SendWR{
+					{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr() + 3, RKey: b.mr.RKey()},
+					{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(2<<20, n)},
+						RemoteAddr: b.mr.Addr() + 3, RKey: b.mr.RKey()},
+				})
+				must(t, err)
+				wc := wait(t, a.cq, 1)[0]
+				if wc.Status != WCSuccess || wc.Opcode != WCRDMARead || wc.WRID != 2 || wc.ByteLen != uint32(n) {
+					t.Fatalf("size %d: read WC %+v", n, wc)
+				}
+				if !bytes.Equal(b.buf[3:3+n], a.buf[:n]) || !bytes.Equal(a.buf[2<<20:2<<20+n], a.buf[:n]) {
+					t.Fatalf("size %d: data differs after WRITE then READ", n)
+				}
+			}
+		})
+	}
+}
+
+func TestAtomics(t *testing.T) {
+	a, b := pair(t, 4096, MTU1024)
+	target := b.mr.Addr() + 64
+	put := func(v uint64) {
+		for i := range 8 {
+			b.buf[64+i] = byte(v >> (8 * i))
+		}
+	}
+	get := func(buf []byte) uint64 {
+		var v uint64
+		for i := range 8 {
+			v |= uint64(buf[i]) << (8 * i)
+		}
+		return v
+	}
+	put(40)
+	_, err := a.qp.PostSend([]SendWR{
+		{WRID: 1, Opcode: WRAtomicFetchAndAdd, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: target, RKey: b.mr.RKey(), CompareAdd: 2},
+		{WRID: 2, Opcode: WRAtomicCmpAndSwp, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(8, 8)}, RemoteAddr: target, RKey: b.mr.RKey(), CompareAdd: 42, Swap: 7},
+		{WRID: 3, Opcode: WRAtomicCmpAndSwp, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(16, 8)}, RemoteAddr: target, RKey: b.mr.RKey(), CompareAdd: 42, Swap: 9},
+	})
+	must(t, err)
+	wcs := wait(t, a.cq, 3)
+	for i, wc := range wcs {
+		if wc.Status != WCSuccess || wc.WRID != uint64(i+1) {
+			t.Fatalf("WC %d: %+v", i, wc)
+		}
+	}
+	if got := []uint64{get(a.buf[0:]), get(a.buf[8:]), get(a.buf[16:]), get(b.buf[64:])}; got[0] != 40 || got[1] != 42 || got[2] != 7 || got[3] != 7 {
+		t.Fatalf("fetch-add old %d, cmp-swap old %d and %d, final %d; want 40, 42, 7, 7", got[0], got[1], got[2], got[3])
+	}
+}
+
+func TestCompChannel(t *testing.T) {
+	a, b := pair(t, 4096, MTU1024)
+	must(t, b.cq.ReqNotify(false))
+	_, err := b.qp.PostRecv([]RecvWR{{WRID: 9, SGL: []SGE{b.mr.SGE(0, 64)}}})
+	must(t, err)
+	_, err = a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 10)}}})
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cq, err := b.ch.Get(ctx)
+	if err != nil || cq != b.cq {
+		t.Fatalf("Get: %v %v", cq, err)
+	}
+	if wc := wait(t, b.cq, 1)[0]; wc.WRID != 9 || wc.ByteLen != 10 {
+		t.Fatalf("WC %+v", wc)
+	}
+}
