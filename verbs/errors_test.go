@@ -124,6 +124,7 @@ func TestRemoteAccessErrors(t *testing.T) {
 			for i := range b.buf {
 				b.buf[i], roBuf[i] = 0xee, 0xee
 			}
+			settle(b.dev)
 			wr := tt.wr(a, b, ro)
 			wr.WRID, wr.Flags = 7, SendSignaled
 			fill(a.buf, 1)
@@ -132,6 +133,7 @@ func TestRemoteAccessErrors(t *testing.T) {
 			if wc := wait(t, a.cq, 1)[0]; wc.Status != WCRemAccessErr || wc.WRID != 7 {
 				t.Errorf("WC %+v, want REM_ACCESS_ERR", wc)
 			}
+			settle(b.dev)
 			if !bytes.Equal(b.buf, bytes.Repeat([]byte{0xee}, len(b.buf))) || !bytes.Equal(roBuf, bytes.Repeat([]byte{0xee}, len(roBuf))) {
 				t.Error("target memory was touched")
 			}

@@ -221,6 +221,7 @@ func TestWriteWithImmAndFence(t *testing.T) {
 		t.Errorf("write-with-imm WC %+v", r[0])
 	}
 	wait(t, a.cq, 1)
+	settle(b.dev)
 	if !bytes.Equal(b.buf[100:5100], a.buf[:5000]) || !bytes.Equal(b.buf[60000:60100], a.buf[:100]) {
 		t.Error("data differs: the fenced SEND did not carry what the READ brought")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,17 +29,43 @@ func newDevices(t testing.TB) (*Device, *Device) {
 	t.Helper()
 	a, b := netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791")
 	la, lb := link.NewMemPair(a, b)
-	da, err := Open(Config{Addr: a.Addr(), Link: la, MTU: 9000})
+	return openPair(t, Config{Addr: a.Addr(), Link: la, MTU: 9000}, Config{Addr: b.Addr(), Link: lb, MTU: 9000})
+}
+
+// udpHost hands out loopback addresses to this package's tests; other
+// packages' tests use other 127.0.x.0/24 ranges.
+var udpHost atomic.Uint32
+
+// newUDPDevices opens two devices on real UDP sockets on two loopback
+// addresses (127.0.1.x), port 4791.
+func newUDPDevices(t testing.TB) (*Device, *Device) {
+	t.Helper()
+	n := udpHost.Add(2)
+	a := netip.AddrFrom4([4]byte{127, 0, 1, byte(n - 1)})
+	b := netip.AddrFrom4([4]byte{127, 0, 1, byte(n)})
+	return openPair(t, Config{Addr: a}, Config{Addr: b})
+}
+
+func openPair(t testing.TB, ca, cb Config) (*Device, *Device) {
+	t.Helper()
+	da, err := Open(ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := Open(Config{Addr: b.Addr(), Link: lb, MTU: 9000})
+	db, err := Open(cb)
 	if err != nil {
+		da.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { da.Close(); db.Close() })
 	return da, db
 }
+
+// links are the ways the tests join two devices.
+var links = []struct {
+	name string
+	open func(testing.TB) (*Device, *Device)
+}{{"mem", newDevices}, {"udp", newUDPDevices}}
 
 func newEndpoint(t testing.TB, d *Device, size int) *endpoint {
 	t.Helper()
@@ -90,6 +117,16 @@ func connectRNR(t testing.TB, a, b *endpoint, mtu MTU, rnrRetry uint8) {
 	}
 }
 
+// settle is a memory barrier between the test and d's workers: it waits
+// until they finished what they were doing, so the test may read memory
+// peers wrote through d, and the workers see what the test wrote before.
+// Programs get the same ordering from completions and posts.
+func settle(d *Device) {
+	for _, w := range d.disp.workers {
+		w.call(func() {})
+	}
+}
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
@@ -117,7 +154,11 @@ func wait(t testing.TB, cq *CQ, n int) []WC {
 }
 
 func pair(t testing.TB, size int, mtu MTU) (*endpoint, *endpoint) {
-	da, db := newDevices(t)
+	return pairOn(t, newDevices, size, mtu)
+}
+
+func pairOn(t testing.TB, open func(testing.TB) (*Device, *Device), size int, mtu MTU) (*endpoint, *endpoint) {
+	da, db := open(t)
 	a, b := newEndpoint(t, da, size), newEndpoint(t, db, size)
 	connect(t, a, b, mtu)
 	return a, b
@@ -133,60 +174,72 @@ func fill(b []byte, seed uint64) {
 var sizesFor = func(mtu int) []int { return []int{0, 1, mtu - 1, mtu, mtu + 1, 3*mtu + 7, 1 << 20} }
 
 func TestSendRecv(t *testing.T) {
-	for _, mtu := range []MTU{MTU1024, MTU4096} {
-		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
-			a, b := pair(t, 2<<20, mtu)
-			for i, n := range sizesFor(mtu.Bytes()) {
-				fill(a.buf[:n], uint64(i))
-				clear(b.buf)
-				_, err := b.qp.PostRecv([]RecvWR{{WRID: 100 + uint64(i), SGL: []SGE{b.mr.SGE(0, 1<<20+100)}}})
-				must(t, err)
-				_, err = a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 0xc0ffee00 + uint32(i),
-					SGL: []SGE{a.mr.SGE(0, n)}}})
-				must(t, err)
-				s := wait(t, a.cq, 1)[0]
-				r := wait(t, b.cq, 1)[0]
-				if s.Status != WCSuccess || s.Opcode != WCSend || s.WRID != uint64(i) {
-					t.Fatalf("size %d: send WC %+v", n, s)
+	for _, lk := range links {
+		for _, mtu := range []MTU{MTU1024, MTU4096} {
+			t.Run(lk.name+"/"+fmt.Sprint(mtu), func(t *testing.T) {
+				a, b := pairOn(t, lk.open, 2<<20, mtu)
+				for i, n := range sizesFor(mtu.Bytes()) {
+					fill(a.buf[:n], uint64(i))
+					clear(b.buf)
+					_, err := b.qp.PostRecv([]RecvWR{{WRID: 100 + uint64(i), SGL: []SGE{b.mr.SGE(0, 1<<20+100)}}})
+					must(t, err)
+					_, err = a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 0xc0ffee00 + uint32(i),
+						SGL: []SGE{a.mr.SGE(0, n)}}})
+					must(t, err)
+					s := wait(t, a.cq, 1)[0]
+					r := wait(t, b.cq, 1)[0]
+					if s.Status != WCSuccess || s.Opcode != WCSend || s.WRID != uint64(i) {
+						t.Fatalf("size %d: send WC %+v", n, s)
+					}
+					if r.Status != WCSuccess || r.Opcode != WCRecv || r.ByteLen != uint32(n) || r.Flags&WCWithImm == 0 ||
+						r.Imm != 0xc0ffee00+uint32(i) || r.WRID != 100+uint64(i) || r.SrcQP != a.qp.QPN() {
+						t.Fatalf("size %d: recv WC %+v", n, r)
+					}
+					if !bytes.Equal(b.buf[:n], a.buf[:n]) {
+						t.Fatalf("size %d: received data differs", n)
+					}
 				}
-				if r.Status != WCSuccess || r.Opcode != WCRecv || r.ByteLen != uint32(n) || r.Flags&WCWithImm == 0 ||
-					r.Imm != 0xc0ffee00+uint32(i) || r.WRID != 100+uint64(i) || r.SrcQP != a.qp.QPN() {
-					t.Fatalf("size %d: recv WC %+v", n, r)
-				}
-				if !bytes.Equal(b.buf[:n], a.buf[:n]) {
-					t.Fatalf("size %d: received data differs", n)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 
 func TestWriteRead(t *testing.T) {
-	for _, mtu := range []MTU{MTU1024, MTU4096} {
-		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
-			a, b := pair(t, 4<<20, mtu)
-			for i, n := range sizesFor(mtu.Bytes()) {
-				fill(a.buf[:n], uint64(i)+7)
-				_, err := a.qp.PostSend([]SendWR{
-					{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr() + 3, RKey: b.mr.RKey()},
-					{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(2<<20, n)},
-						RemoteAddr: b.mr.Addr() + 3, RKey: b.mr.RKey()},
-				})
-				must(t, err)
-				wc := wait(t, a.cq, 1)[0]
-				if wc.Status != WCSuccess || wc.Opcode != WCRDMARead || wc.WRID != 2 || wc.ByteLen != uint32(n) {
-					t.Fatalf("size %d: read WC %+v", n, wc)
+	for _, lk := range links {
+		for _, mtu := range []MTU{MTU1024, MTU4096} {
+			t.Run(lk.name+"/"+fmt.Sprint(mtu), func(t *testing.T) {
+				a, b := pairOn(t, lk.open, 4<<20, mtu)
+				for i, n := range sizesFor(mtu.Bytes()) {
+					fill(a.buf[:n], uint64(i)+7)
+					settle(b.dev) // the last check read b\'s memory
+					_, err := a.qp.PostSend([]SendWR{
+						{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr() + 3, RKey: b.mr.RKey()},
+						{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(2<<20, n)},
+							RemoteAddr: b.mr.Addr() + 3, RKey: b.mr.RKey()},
+					})
+					must(t, err)
+					wc := wait(t, a.cq, 1)[0]
+					if wc.Status != WCSuccess || wc.Opcode != WCRDMARead || wc.WRID != 2 || wc.ByteLen != uint32(n) {
+						t.Fatalf("size %d: read WC %+v", n, wc)
+					}
+					settle(b.dev)
+					if !bytes.Equal(b.buf[3:3+n], a.buf[:n]) || !bytes.Equal(a.buf[2<<20:2<<20+n], a.buf[:n]) {
+						t.Fatalf("size %d: data differs after WRITE then READ", n)
+					}
 				}
-				if !bytes.Equal(b.buf[3:3+n], a.buf[:n]) || !bytes.Equal(a.buf[2<<20:2<<20+n], a.buf[:n]) {
-					t.Fatalf("size %d: data differs after WRITE then READ", n)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 
 func TestAtomics(t *testing.T) {
-	a, b := pair(t, 4096, MTU1024)
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) { testAtomics(t, lk.open) })
+	}
+}
+
+func testAtomics(t *testing.T, open func(testing.TB) (*Device, *Device)) {
+	a, b := pairOn(t, open, 4096, MTU1024)
 	target := b.mr.Addr() + 64
 	put := func(v uint64) {
 		for i := range 8 {
@@ -201,6 +254,7 @@ func TestAtomics(t *testing.T) {
 		return v
 	}
 	put(40)
+	settle(b.dev)
 	_, err := a.qp.PostSend([]SendWR{
 		{WRID: 1, Opcode: WRAtomicFetchAndAdd, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: target, RKey: b.mr.RKey(), CompareAdd: 2},
 		{WRID: 2, Opcode: WRAtomicCmpAndSwp, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(8, 8)}, RemoteAddr: target, RKey: b.mr.RKey(), CompareAdd: 42, Swap: 7},
@@ -213,6 +267,7 @@ func TestAtomics(t *testing.T) {
 			t.Fatalf("WC %d: %+v", i, wc)
 		}
 	}
+	settle(b.dev)
 	if got := []uint64{get(a.buf[0:]), get(a.buf[8:]), get(a.buf[16:]), get(b.buf[64:])}; got[0] != 40 || got[1] != 42 || got[2] != 7 || got[3] != 7 {
 		t.Fatalf("fetch-add old %d, cmp-swap old %d and %d, final %d; want 40, 42, 7, 7", got[0], got[1], got[2], got[3])
 	}

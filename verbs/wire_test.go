@@ -1,0 +1,195 @@
+package verbs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/capture"
+	"github.com/goroce/goroce/internal/golden"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// startCapture runs tcpdump on loopback for UDP port 4791 traffic of the
+// given hosts. It skips the test when tcpdump or the privilege is missing.
+func startCapture(t *testing.T, hosts ...string) (stop func() string) {
+	t.Helper()
+	bin, err := exec.LookPath("tcpdump")
+	if err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and tcpdump (CI installs it) to capture loopback traffic")
+	}
+	path := filepath.Join(t.TempDir(), "own.pcap")
+	filter := "udp port 4791 and (host " + strings.Join(hosts, " or host ") + ")"
+	cmd := exec.Command(bin, "-i", "lo", "-U", "--immediate-mode", "-w", path, filter)
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("tcpdump: %v", err)
+	}
+	listening := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		once := false
+		for sc.Scan() {
+			if !once && strings.Contains(sc.Text(), "listening on") {
+				once = true
+				close(listening)
+			}
+		}
+	}()
+	select {
+	case <-listening:
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Skip("tcpdump did not start listening")
+	}
+	return func() string {
+		time.Sleep(100 * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		return path
+	}
+}
+
+// exchange is one operation's packets: (direction, opcode, AckReq, payload
+// length) — the part of the wire behaviour the golden captures pin down.
+type exchange []string
+
+func packetsOf(t *testing.T, path string, requester string) exchange {
+	t.Helper()
+	r, err := capture.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ex exchange
+	var p wire.Packet
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return ex
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.DstPort != wire.UDPPort {
+			continue
+		}
+		if d.Malformed != nil {
+			t.Fatalf("%s frame %d: %v", path, d.Frame, d.Malformed)
+		}
+		computed, stored, err := wire.ICRCOfIP(d.IP)
+		if err != nil || computed != stored {
+			t.Errorf("%s frame %d: ICRC %08x, stored %08x (%v)", path, d.Frame, computed, stored, err)
+		}
+		if err := p.Parse(d.Payload); err != nil {
+			t.Fatalf("%s frame %d: %v", path, d.Frame, err)
+		}
+		dir := "→"
+		if d.Src.String() != requester {
+			dir = "←"
+		}
+		ex = append(ex, fmt.Sprintf("%s %v ackreq=%v len=%d", dir, p.BTH.Opcode(), p.BTH.AckReq(), len(p.Payload)))
+	}
+}
+
+// goldenExchange returns the packets of the first message of a golden
+// capture: requests up to and including the first with AckReq, and the
+// responses to them.
+func goldenExchange(t *testing.T, file string) exchange {
+	t.Helper()
+	dir, err := golden.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := packetsOf(t, filepath.Join(dir, file), "198.18.0.2")
+	return firstMessage(all)
+}
+
+// firstMessage keeps the first request message and what answers it.
+func firstMessage(all exchange) exchange {
+	var out exchange
+	done := false
+	for _, e := range all {
+		req := strings.HasPrefix(e, "→")
+		switch {
+		case req && !done:
+			out = append(out, e)
+			done = strings.Contains(e, "ackreq=true")
+		case !req:
+			out = append(out, e)
+			if strings.Contains(e, "ACKNOWLEDGE") || strings.Contains(e, "RESPONSE_LAST") || strings.Contains(e, "RESPONSE_ONLY") {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// TestWireMatchesRxe captures goroce's own UDP traffic for the operations
+// of the golden captures (MTU 1024, 5000-byte messages, 8-byte atomics),
+// checks every ICRC, and compares each operation's packet sequence with
+// the one Linux rxe sent.
+func TestWireMatchesRxe(t *testing.T) {
+	tests := []struct {
+		golden string
+		wr     func(a, b *endpoint) SendWR
+	}{
+		{"rc_write_5000.pcap", func(a, b *endpoint) SendWR {
+			return SendWR{Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, 5000)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		}},
+		{"rc_read_5000.pcap", func(a, b *endpoint) SendWR {
+			return SendWR{Opcode: WRRDMARead, SGL: []SGE{a.mr.SGE(0, 5000)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		}},
+		{"rc_send_5000.pcap", func(a, b *endpoint) SendWR {
+			return SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 5000)}}
+		}},
+		{"rc_write_64.pcap", func(a, b *endpoint) SendWR {
+			return SendWR{Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		}},
+		{"rc_atomic_fadd.pcap", func(a, b *endpoint) SendWR {
+			return SendWR{Opcode: WRAtomicFetchAndAdd, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 1}
+		}},
+		{"rc_atomic_cmpswap.pcap", func(a, b *endpoint) SendWR {
+			return SendWR{Opcode: WRAtomicCmpAndSwp, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.TrimSuffix(tt.golden, ".pcap"), func(t *testing.T) {
+			want := goldenExchange(t, tt.golden)
+			if len(want) < 2 {
+				t.Fatalf("golden exchange of %s has %d packets", tt.golden, len(want))
+			}
+			da, db := newUDPDevices(t)
+			stop := startCapture(t, da.Addr().Addr().String(), db.Addr().Addr().String())
+			a, b := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
+			connect(t, a, b, MTU1024)
+			_, err := b.qp.PostRecv([]RecvWR{{WRID: 1, SGL: []SGE{b.mr.SGE(0, 8192)}}})
+			must(t, err)
+			wr := tt.wr(a, b)
+			wr.Flags = SendSignaled
+			_, err = a.qp.PostSend([]SendWR{wr})
+			must(t, err)
+			if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+				t.Fatalf("WC %+v", wc)
+			}
+			time.Sleep(20 * time.Millisecond) // let the last ACK reach the capture
+			got := firstMessage(packetsOf(t, stop(), da.Addr().Addr().String()))
+			t.Logf("%d packets:\n  %s", len(got), strings.Join(got, "\n  "))
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("goroce sent\n  %s\nrxe sent\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+			}
+		})
+	}
+}
