@@ -1,0 +1,156 @@
+package transport
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/qpstate"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// The harness runs two QPs with no device: a fake environment collects
+// what each emits, the test decides what to deliver (or drop, or
+// duplicate), and time is a variable the test advances.
+
+type fakeEnv struct {
+	out   []link.Packet
+	fatal []WCStatus
+}
+
+func (e *fakeEnv) Buffer() []byte           { return make([]byte, 0, link.MaxPacket) }
+func (e *fakeEnv) Emit(p link.Packet)       { e.out = append(e.out, p) }
+func (e *fakeEnv) Fatal(_ *QP, s WCStatus)  { e.fatal = append(e.fatal, s) }
+func (e *fakeEnv) take() (ps []link.Packet) { ps, e.out = e.out, nil; return ps }
+
+type fakeCQ struct{ wcs []WC }
+
+func (c *fakeCQ) Push(wc *WC, _ bool) { c.wcs = append(c.wcs, *wc) }
+
+type side struct {
+	qp  *QP
+	env *fakeEnv
+	cq  *fakeCQ
+	mem *memory.Table
+	mr  *memory.Region
+	buf []byte
+}
+
+const testPD = 1
+
+func newSide(t *testing.T, qpn uint32, size int) *side {
+	t.Helper()
+	s := &side{env: &fakeEnv{}, cq: &fakeCQ{}, mem: memory.NewTable(16), buf: make([]byte, size)}
+	var err error
+	s.mr, err = s.mem.Register(testPD, s.buf, memory.AccessLocalWrite|memory.AccessRemoteWrite|memory.AccessRemoteRead|memory.AccessRemoteAtomic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.qp = NewQP(Config{QPN: qpn, PD: testPD, Mem: s.mem, SendCQ: s.cq, RecvCQ: s.cq,
+		SQ: NewSendQueue(64), RQ: NewRecvQueue(64), MaxSGE: 4, MaxInline: 64}, s.env)
+	return s
+}
+
+func (s *side) sge(off, n int) memory.SGE {
+	return memory.SGE{Addr: s.mr.Addr() + uint64(off), Length: uint32(n), LKey: s.mr.LKey()}
+}
+
+type harness struct {
+	t    *testing.T
+	a, b *side
+	now  time.Time
+	// drop decides whether a packet from a (toB) or b is lost.
+	drop func(toB bool, p *wire.Packet) bool
+	sent []wire.Packet // every packet a sent, parsed (for inspection)
+	back []wire.Packet // every packet b sent
+}
+
+func newHarness(t *testing.T, mtu int, edit func(pa, pb *Path)) *harness {
+	a, b := newSide(t, 0x11, 1<<20), newSide(t, 0x12, 1<<20)
+	pa := Path{DestQPN: 0x12, Peer: netip.MustParseAddrPort("198.18.0.2:4791"), MTU: mtu,
+		SQPSN: psn.New(0xfffff0), RQPSN: psn.New(100), MaxRdAtomic: 4, MaxDestRdAtomic: 4,
+		Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 14, PKey: 0xffff,
+		Access: memory.AccessRemoteWrite | memory.AccessRemoteRead | memory.AccessRemoteAtomic}
+	pb := pa
+	pb.DestQPN, pb.SQPSN, pb.RQPSN = 0x11, pa.RQPSN, pa.SQPSN
+	if edit != nil {
+		edit(&pa, &pb)
+	}
+	for _, x := range []struct {
+		s *side
+		p Path
+	}{{a, pa}, {b, pb}} {
+		x.s.qp.SetPath(x.p)
+		x.s.qp.SetState(qpstate.Init)
+		x.s.qp.SetState(qpstate.RTR)
+		x.s.qp.SetState(qpstate.RTS)
+	}
+	return &harness{t: t, a: a, b: b, now: time.Unix(1000, 0), drop: func(bool, *wire.Packet) bool { return false }}
+}
+
+// deliver moves packets both ways until neither side emits anything.
+func (h *harness) deliver() {
+	for range 10000 {
+		h.a.qp.Progress(h.now)
+		h.b.qp.Progress(h.now)
+		pa, pb := h.a.env.take(), h.b.env.take()
+		if len(pa) == 0 && len(pb) == 0 {
+			return
+		}
+		h.move(pa, h.b, true)
+		h.move(pb, h.a, false)
+	}
+	h.t.Fatal("packets still flowing after 10000 rounds")
+}
+
+func (h *harness) move(ps []link.Packet, to *side, toB bool) {
+	for _, p := range ps {
+		var pkt wire.Packet
+		if err := pkt.Parse(p.Buf); err != nil {
+			h.t.Fatalf("emitted packet does not parse: %v", err)
+		}
+		if toB {
+			h.sent = append(h.sent, pkt)
+		} else {
+			h.back = append(h.back, pkt)
+		}
+		if h.drop(toB, &pkt) {
+			continue
+		}
+		to.qp.Receive(&pkt, h.now)
+	}
+}
+
+// advance moves time to the next deadline of either QP and fires it.
+func (h *harness) advance() time.Duration {
+	h.t.Helper()
+	d := h.a.qp.Deadline()
+	if e := h.b.qp.Deadline(); !e.IsZero() && (d.IsZero() || e.Before(d)) {
+		d = e
+	}
+	if d.IsZero() {
+		h.t.Fatal("no timer armed")
+	}
+	step := d.Sub(h.now)
+	h.now = d
+	h.a.qp.Timeout(h.now)
+	h.b.qp.Timeout(h.now)
+	return step
+}
+
+func (h *harness) post(s *side, wrs ...SendWR) {
+	h.t.Helper()
+	if n, err := s.qp.PostSend(wrs, qpstate.RTS); err != nil {
+		h.t.Fatalf("PostSend: %d %v", n, err)
+	}
+}
+
+func (h *harness) postRecv(s *side, wrs ...RecvWR) {
+	h.t.Helper()
+	if _, err := s.qp.cfg.RQ.Post(wrs); err != nil {
+		h.t.Fatal(err)
+	}
+}

@@ -1,0 +1,209 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/qpstate"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// TestAckReqCadence: rxe sets AckReq on the last packet of a message and
+// on the packet after more than 64 without it.
+func TestAckReqCadence(t *testing.T) {
+	h := newHarness(t, 256, nil)
+	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 200*256)},
+		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
+	h.deliver()
+	var acked []int
+	for i, p := range h.sent {
+		if p.BTH.AckReq() {
+			acked = append(acked, i+1)
+		}
+	}
+	if want := []int{66, 132, 198, 200}; !equalInts(acked, want) {
+		t.Errorf("AckReq on packets %v, want %v", acked, want)
+	}
+	if len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess {
+		t.Errorf("WCs %+v", h.a.cq.wcs)
+	}
+	// The PSNs run on across the 2^24 wrap (SQ PSN 0xfffff0).
+	for i, p := range h.sent {
+		if got, want := p.BTH.PSN(), uint32(0xfffff0+i)&0xffffff; got != want {
+			t.Fatalf("packet %d PSN %#x, want %#x", i, got, want)
+		}
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestAckCoalescing: requests that arrive together are answered by one ACK
+// for the last of them, carrying the MSN of all.
+func TestAckCoalescing(t *testing.T) {
+	h := newHarness(t, 1024, nil)
+	for i := range 3 {
+		h.post(h.a, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 8)},
+			RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
+	}
+	h.deliver()
+	var acks []wire.Packet
+	for _, p := range h.back {
+		if p.BTH.Opcode().Op() == wire.OpAcknowledge {
+			acks = append(acks, p)
+		}
+	}
+	if len(acks) != 1 || acks[0].BTH.PSN() != h.sent[2].BTH.PSN() || acks[0].AETH.MSN() != 3 {
+		t.Fatalf("%d ACKs (first: PSN %#x MSN %d), want one for PSN %#x with MSN 3", len(acks),
+			acks[0].BTH.PSN(), acks[0].AETH.MSN(), h.sent[2].BTH.PSN())
+	}
+	if len(h.a.cq.wcs) != 3 {
+		t.Errorf("%d completions, want 3 (the coalesced ACK covers all)", len(h.a.cq.wcs))
+	}
+}
+
+// TestRetryExhaustion: with every packet lost, the requester resends at
+// each ACK timeout (4.096 µs × 2^timeout), retry_cnt times, then fails
+// with RETRY_EXC_ERR and moves to ERR, flushing the rest. No real time
+// passes: the test moves the clock.
+func TestRetryExhaustion(t *testing.T) {
+	h := newHarness(t, 1024, func(pa, _ *Path) { pa.RetryCnt, pa.Timeout = 3, 10 })
+	h.drop = func(toB bool, _ *wire.Packet) bool { return toB }
+	h.post(h.a,
+		SendWR{WRID: 1, Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, 8)}, RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()},
+		SendWR{WRID: 2, Opcode: WRSend, SGL: []memory.SGE{h.a.sge(0, 8)}})
+	h.deliver()
+	for retry := 0; retry <= 3; retry++ {
+		if n := len(h.sent); n != 2*(retry+1) {
+			t.Fatalf("after %d timeouts, %d packets sent, want %d", retry, n, 2*(retry+1))
+		}
+		if step := h.advance(); step != 4096*time.Microsecond*1024/1000 && step != 4194304*time.Nanosecond {
+			t.Fatalf("timeout after %v, want 4.194304ms", step)
+		}
+		h.deliver()
+	}
+	wcs := h.a.cq.wcs
+	if len(wcs) != 2 || wcs[0].WRID != 1 || wcs[0].Status != WCRetryExcErr || wcs[1].Status != WCWRFlushErr {
+		t.Fatalf("WCs %+v, want RETRY_EXC_ERR then WR_FLUSH_ERR", wcs)
+	}
+	if h.a.qp.State() != qpstate.Err || len(h.a.env.fatal) != 1 {
+		t.Errorf("state %v, fatal %v", h.a.qp.State(), h.a.env.fatal)
+	}
+	if !h.a.qp.Deadline().IsZero() {
+		t.Error("a timer is still armed after the error")
+	}
+}
+
+// TestRNRWait: without a receive WQE the responder sends an RNR NAK with
+// its min_rnr_timer; the requester waits exactly that long, then resends.
+func TestRNRWait(t *testing.T) {
+	h := newHarness(t, 1024, func(_, pb *Path) { pb.MinRNRTimer = 14 }) // 1.28 ms
+	h.post(h.a, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 100)}})
+	h.deliver()
+	if len(h.back) != 1 || h.back[0].AETH.Type() != wire.AckTypeRNRNAK || h.back[0].AETH.Value() != 14 {
+		t.Fatalf("responder sent %d packets, want one RNR NAK with timer 14", len(h.back))
+	}
+	h.postRecv(h.b, RecvWR{WRID: 9, SGL: []memory.SGE{h.b.sge(0, 128)}})
+	h.deliver()
+	if len(h.sent) != 1 {
+		t.Fatalf("resent before the RNR timer expired")
+	}
+	if step := h.advance(); step != 1280*time.Microsecond {
+		t.Fatalf("RNR wait %v, want 1.28ms", step)
+	}
+	h.deliver()
+	if len(h.sent) != 2 || len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess || len(h.b.cq.wcs) != 1 {
+		t.Fatalf("after the wait: %d sent, WCs %+v / %+v", len(h.sent), h.a.cq.wcs, h.b.cq.wcs)
+	}
+}
+
+// TestSequenceNAK: a lost packet in the middle of a message gets exactly
+// one PSN sequence error NAK however many packets follow it; the requester
+// goes back to the lost PSN and the data arrives complete.
+func TestSequenceNAK(t *testing.T) {
+	h := newHarness(t, 256, nil)
+	dropped := false
+	h.drop = func(toB bool, p *wire.Packet) bool {
+		if toB && !dropped && p.BTH.Opcode().Op() == wire.OpWriteMiddle {
+			dropped = true
+			return true
+		}
+		return false
+	}
+	for i := range h.a.buf[:10*256] {
+		h.a.buf[i] = byte(i * 7)
+	}
+	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 10*256)},
+		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
+	h.deliver()
+	naks := 0
+	for _, p := range h.back {
+		if p.AETH != nil && p.AETH.Type() == wire.AckTypeNAK {
+			naks++
+			if wire.NAKCode(p.AETH.Value()) != wire.NAKPSNSeqError || p.BTH.PSN() != h.sent[1].BTH.PSN() {
+				t.Errorf("NAK %v for PSN %#x, want PSN_SEQ_ERR for %#x", wire.NAKCode(p.AETH.Value()), p.BTH.PSN(), h.sent[1].BTH.PSN())
+			}
+		}
+	}
+	if naks != 1 {
+		t.Errorf("%d NAKs, want 1", naks)
+	}
+	if !bytes.Equal(h.b.buf[:10*256], h.a.buf[:10*256]) || len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess {
+		t.Errorf("after go-back-N: data equal %v, WCs %+v", bytes.Equal(h.b.buf[:10*256], h.a.buf[:10*256]), h.a.cq.wcs)
+	}
+}
+
+// TestDuplicateAtomic: an atomic whose ACK was lost is sent again and
+// answered from the responder's record: it executes once.
+func TestDuplicateAtomic(t *testing.T) {
+	h := newHarness(t, 1024, nil)
+	binary.NativeEndian.PutUint64(h.b.buf, 10)
+	lost := false
+	h.drop = func(toB bool, p *wire.Packet) bool {
+		if !toB && !lost && p.BTH.Opcode().Op() == wire.OpAtomicAcknowledge {
+			lost = true
+			return true
+		}
+		return false
+	}
+	h.post(h.a, SendWR{WRID: 1, Opcode: WRAtomicFetchAndAdd, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 8)},
+		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey(), CompareAdd: 5})
+	h.deliver()
+	h.advance() // the ACK timeout: resend the FETCH_ADD
+	h.deliver()
+	if got := binary.NativeEndian.Uint64(h.b.buf); got != 15 {
+		t.Errorf("target %d after a duplicate FETCH_ADD, want 15 (executed once)", got)
+	}
+	if got := binary.NativeEndian.Uint64(h.a.buf); got != 10 || len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess {
+		t.Errorf("returned %d, WCs %+v; want 10 and one success", got, h.a.cq.wcs)
+	}
+}
+
+// TestReadCredit: no more than max_rd_atomic READs are outstanding.
+func TestReadCredit(t *testing.T) {
+	h := newHarness(t, 1024, func(pa, _ *Path) { pa.MaxRdAtomic = 2 })
+	for i := range 5 {
+		h.post(h.a, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(i*64, 64)},
+			RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
+	}
+	h.a.qp.Progress(h.now)
+	if n := len(h.a.env.out); n != 2 {
+		t.Fatalf("%d READ requests before any response, want 2", n)
+	}
+	h.deliver()
+	if len(h.a.cq.wcs) != 5 {
+		t.Errorf("%d READs completed, want 5", len(h.a.cq.wcs))
+	}
+}
