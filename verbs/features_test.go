@@ -3,9 +3,12 @@ package verbs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/transport"
 )
 
 func TestSRQShared(t *testing.T) {
@@ -276,5 +279,30 @@ func TestCloseNoLeak(t *testing.T) {
 			t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLargeMessages: 32 MiB moves by WRITE and READ; a message over 2^31
+// bytes is refused at post time.
+func TestLargeMessages(t *testing.T) {
+	a, b := pair(t, 64<<20, MTU4096)
+	n := 32 << 20
+	fill(a.buf[:n], 11)
+	settle(b.dev)
+	_, err := a.qp.PostSend([]SendWR{
+		{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		{WRID: 2, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(n, n)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+	})
+	must(t, err)
+	if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess || wc.ByteLen != uint32(n) {
+		t.Fatalf("WC %+v", wc)
+	}
+	if !bytes.Equal(a.buf[n:2*n], a.buf[:n]) {
+		t.Fatal("32 MiB WRITE then READ: data differs")
+	}
+	half := a.mr.SGE(0, 1<<30)
+	over := a.mr.SGE(0, 1<<30+1)
+	if _, err := a.qp.PostSend([]SendWR{{Opcode: WRSend, SGL: []SGE{half, over}}}); !errors.Is(err, transport.ErrMessageTooLong) {
+		t.Errorf("posting 2^31+1 bytes: %v", err)
 	}
 }
