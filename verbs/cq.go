@@ -67,7 +67,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 
 // Push appends a completion; the QP workers call it. A full CQ loses the
 // completion and reports a CQ error event (IBA 11.4.2.1, overrun).
-func (cq *CQ) Push(wc *WC, solicited bool) {
+func (cq *CQ) Push(wc WC, solicited bool) {
 	cq.mu.Lock()
 	if cq.tail-cq.head == uint64(len(cq.ring)) {
 		first := !cq.overrun
@@ -78,7 +78,7 @@ func (cq *CQ) Push(wc *WC, solicited bool) {
 		}
 		return
 	}
-	cq.ring[cq.tail%uint64(len(cq.ring))] = *wc
+	cq.ring[cq.tail%uint64(len(cq.ring))] = wc
 	cq.tail++
 	notify := cq.armed && (!cq.solicitedOnly || solicited || wc.Status != WCSuccess)
 	if notify {

@@ -227,20 +227,19 @@ func (w *worker) progress() {
 	for len(w.dirty) > 0 {
 		qp := w.dirty[0]
 		qp.t.Progress(now)
+		n := copy(w.dirty, w.dirty[1:])
+		w.dirty = w.dirty[:n]
 		if qp.t.Busy() {
 			w.flush()
 			// Let other QPs and queued events in before continuing.
-			w.dirty = append(w.dirty[1:], qp)
+			w.dirty = append(w.dirty, qp)
 			select {
 			case ev := <-w.ch:
 				w.handle(ev)
 			default:
 			}
-			continue
 		}
-		w.dirty = w.dirty[1:]
 	}
-	w.dirty = w.dirty[:0]
 }
 
 // rearm sets the timer to the earliest QP deadline.

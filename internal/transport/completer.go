@@ -330,7 +330,7 @@ func (qp *QP) complete() {
 			wc.ByteLen = uint32(w.length)
 		}
 		if w.signaled || w.failed != WCSuccess {
-			qp.cfg.SendCQ.Push(&wc, false)
+			qp.cfg.SendCQ.Push(wc, false)
 		}
 		c.wqe++
 		if w.failed != WCSuccess {

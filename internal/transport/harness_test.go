@@ -28,7 +28,7 @@ func (e *fakeEnv) take() (ps []link.Packet) { ps, e.out = e.out, nil; return ps 
 
 type fakeCQ struct{ wcs []WC }
 
-func (c *fakeCQ) Push(wc *WC, _ bool) { c.wcs = append(c.wcs, *wc) }
+func (c *fakeCQ) Push(wc WC, _ bool) { c.wcs = append(c.wcs, wc) }
 
 type side struct {
 	qp  *QP

@@ -64,7 +64,7 @@ type Env interface {
 type CQ interface {
 	// Push appends a completion; solicited marks completions of messages
 	// with the solicited event bit (for solicited-only notification).
-	Push(wc *WC, solicited bool)
+	Push(wc WC, solicited bool)
 }
 
 // Config holds what a QP is created with.
@@ -316,18 +316,18 @@ func (qp *QP) flush() {
 	head, tail := sq.bounds()
 	for i := head; i != tail; i++ {
 		w := sq.slot(i)
-		qp.cfg.SendCQ.Push(&WC{WRID: w.wr.WRID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPNum: qp.cfg.QPN}, false)
+		qp.cfg.SendCQ.Push(WC{WRID: w.wr.WRID, Status: WCWRFlushErr, Opcode: wcOpcodeOf(w.wr.Opcode), QPNum: qp.cfg.QPN}, false)
 	}
 	sq.retire(tail)
 	qp.req.wqe, qp.comp.wqe = tail, tail
 	qp.req.rdAtomicOut = 0
 	if qp.resp.haveRecv {
 		qp.resp.haveRecv = false
-		qp.cfg.RecvCQ.Push(&WC{WRID: qp.resp.recv.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
+		qp.cfg.RecvCQ.Push(WC{WRID: qp.resp.recv.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
 	}
 	if !qp.cfg.SRQ {
 		qp.cfg.RQ.drain(func(wrid uint64) {
-			qp.cfg.RecvCQ.Push(&WC{WRID: wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
+			qp.cfg.RecvCQ.Push(WC{WRID: wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
 		})
 	}
 	qp.resp.readQ = qp.resp.readQ[:0]

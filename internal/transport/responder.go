@@ -191,7 +191,7 @@ func (qp *QP) respSend(p *wire.Packet, pn psn.PSN) {
 			wc.Flags, wc.InvRKey = WCWithInv, p.IETH.RKey()
 		}
 		r.haveRecv = false
-		qp.cfg.RecvCQ.Push(&wc, p.BTH.SE())
+		qp.cfg.RecvCQ.Push(wc, p.BTH.SE())
 	}
 }
 
@@ -265,7 +265,7 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 		wc := WC{WRID: r.recv.wrid, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.writeOff), Imm: p.ImmDt.Imm(),
 			Flags: WCWithImm, QPNum: qp.cfg.QPN, SrcQP: qp.path.DestQPN}
 		r.haveRecv = false
-		qp.cfg.RecvCQ.Push(&wc, p.BTH.SE())
+		qp.cfg.RecvCQ.Push(wc, p.BTH.SE())
 	}
 }
 
@@ -371,7 +371,7 @@ func (qp *QP) responderError(pn psn.PSN, code wire.NAKCode, recvStatus WCStatus)
 	qp.sendResponses(true) // the NAK must leave before the flush
 	if r.haveRecv && recvStatus != WCSuccess {
 		r.haveRecv = false
-		qp.cfg.RecvCQ.Push(&WC{WRID: r.recv.wrid, Status: recvStatus, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
+		qp.cfg.RecvCQ.Push(WC{WRID: r.recv.wrid, Status: recvStatus, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
 	}
 	qp.fatal(WCRemInvReqErr)
 }
