@@ -120,7 +120,7 @@ func (qp *QP) handleRequest(p *wire.Packet) {
 	// IBA 9.7.5.1.5: the opcode must continue the message in progress, or
 	// start a new one.
 	if r.inMsg != !info.Position.IsFirst() || r.inMsg && info.Kind != r.msgKind {
-		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		qp.responderError(pn, errOpSequence)
 		return
 	}
 	switch info.Kind {
@@ -133,7 +133,7 @@ func (qp *QP) handleRequest(p *wire.Packet) {
 	case wire.KindAtomic:
 		qp.respAtomic(p, pn)
 	default: // FLUSH, ATOMIC_WRITE: not offered yet
-		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		qp.responderError(pn, errUnsupportedOp)
 	}
 }
 
@@ -185,7 +185,7 @@ func (qp *QP) respSend(p *wire.Packet, pn psn.PSN) {
 		if p.IETH != nil {
 			// IBA 9.4.1.1: SEND with invalidate revokes the named R_Key.
 			if err := qp.cfg.Mem.Invalidate(qp.cfg.PD, p.IETH.RKey()); err != nil {
-				qp.responderError(pn, wire.NAKInvalidReq, WCLocQPOpErr)
+				qp.responderError(pn, errInvalidateRKey)
 				return
 			}
 			wc.Flags, wc.InvRKey = WCWithInv, p.IETH.RKey()
@@ -202,12 +202,12 @@ func (qp *QP) placeRecv(p *wire.Packet, pn psn.PSN) bool {
 	r := &qp.resp
 	n := uint64(len(p.Payload))
 	if r.recvOff+n > memory.TotalLength(r.recv.sgl) {
-		qp.responderError(pn, wire.NAKInvalidReq, WCLocLenErr)
+		qp.responderError(pn, errRecvLength)
 		return false
 	}
 	if n > 0 {
 		if _, err := qp.cfg.Mem.Scatter(qp.cfg.PD, r.recv.sgl, r.recvOff, p.Payload); err != nil {
-			qp.responderError(pn, wire.NAKRemoteOpError, WCLocProtErr)
+			qp.responderError(pn, errRecvProtection)
 			return false
 		}
 	}
@@ -225,7 +225,7 @@ func (qp *QP) checkRemote(pn psn.PSN, rkey uint32, va, n uint64, need memory.Acc
 			return b, true
 		}
 	}
-	qp.responderError(pn, wire.NAKRemoteAccess, WCSuccess)
+	qp.responderError(pn, errRKeyViolation)
 	return nil, false
 }
 
@@ -234,7 +234,7 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	r := &qp.resp
 	// IBA 9.7.5.2.2 / rxe check_op_valid: the QP must allow remote writes.
 	if qp.path.Access&memory.AccessRemoteWrite == 0 {
-		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		qp.responderError(pn, errQPAccess)
 		return
 	}
 	if p.RETH != nil {
@@ -252,7 +252,7 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	last := p.Info.Position.IsLast()
 	if r.writeOff+n > uint64(len(r.write)) || last && r.writeOff+n != uint64(len(r.write)) ||
 		!last && n != uint64(qp.path.MTU) {
-		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess) // length error
+		qp.responderError(pn, errWriteLength)
 		return
 	}
 	if p.ImmDt != nil && !qp.takeRecv(pn) {
@@ -272,8 +272,12 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 // respRead queues an RDMA READ response (IBA 9.7.5.2.3).
 func (qp *QP) respRead(p *wire.Packet, pn psn.PSN) {
 	r := &qp.resp
-	if qp.path.Access&memory.AccessRemoteRead == 0 || r.outstanding() >= r.depth {
-		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+	switch {
+	case qp.path.Access&memory.AccessRemoteRead == 0:
+		qp.responderError(pn, errQPAccess)
+		return
+	case r.outstanding() >= r.depth:
+		qp.responderError(pn, errTooManyRdAtomic)
 		return
 	}
 	n := uint64(p.RETH.DMALen())
@@ -296,8 +300,12 @@ func (qp *QP) respRead(p *wire.Packet, pn psn.PSN) {
 func (qp *QP) respAtomic(p *wire.Packet, pn psn.PSN) {
 	r := &qp.resp
 	a := p.AtomicETH
-	if qp.path.Access&memory.AccessRemoteAtomic == 0 || r.outstanding() >= r.depth {
-		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+	switch {
+	case qp.path.Access&memory.AccessRemoteAtomic == 0:
+		qp.responderError(pn, errQPAccess)
+		return
+	case r.outstanding() >= r.depth:
+		qp.responderError(pn, errTooManyRdAtomic)
 		return
 	}
 	mr, err := qp.cfg.Mem.Remote(qp.cfg.PD, a.RKey())
@@ -308,10 +316,10 @@ func (qp *QP) respAtomic(p *wire.Packet, pn psn.PSN) {
 	switch {
 	case errors.Is(err, memory.ErrAlign):
 		// IBA 9.7.5.2.5 / rxe: a misaligned atomic is an invalid request.
-		qp.responderError(pn, wire.NAKInvalidReq, WCSuccess)
+		qp.responderError(pn, errMisalignedAtomic)
 		return
 	case err != nil:
-		qp.responderError(pn, wire.NAKRemoteAccess, WCSuccess)
+		qp.responderError(pn, errRKeyViolation)
 		return
 	}
 	var orig uint64
@@ -362,16 +370,18 @@ func (qp *QP) duplicate(p *wire.Packet, pn psn.PSN) {
 	}
 }
 
-// responderError answers a request the responder cannot execute with a
-// NAK and moves the QP to ERR (IBA 9.7.5.2.x class C/D errors; rxe does the
-// same). recvStatus, unless SUCCESS, completes the receive WQE in progress.
-func (qp *QP) responderError(pn psn.PSN, code wire.NAKCode, recvStatus WCStatus) {
+// responderError answers a request that failed check e with the NAK the
+// error calls for, completes the receive WQE in progress if the error
+// concerns it, and moves the QP to ERR (rxe does the same for these
+// errors on an RC QP).
+func (qp *QP) responderError(pn psn.PSN, e respError) {
 	r := &qp.resp
-	r.queueAck(wire.Syndrome(wire.AckTypeNAK, uint8(code)), pn)
+	info := respErrors[e]
+	r.queueAck(wire.Syndrome(wire.AckTypeNAK, uint8(info.nak)), pn)
 	qp.sendResponses(true) // the NAK must leave before the flush
-	if r.haveRecv && recvStatus != WCSuccess {
+	if r.haveRecv && info.recv != WCSuccess {
 		r.haveRecv = false
-		qp.cfg.RecvCQ.Push(WC{WRID: r.recv.wrid, Status: recvStatus, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
+		qp.cfg.RecvCQ.Push(WC{WRID: r.recv.wrid, Status: info.recv, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)
 	}
 	qp.fatal(WCRemInvReqErr)
 }
