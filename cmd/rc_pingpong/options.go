@@ -1,0 +1,328 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// options are rc_pingpong's settings, with rdma-core's defaults.
+type options struct {
+	port     uint16     // -p: TCP port of the address exchange
+	dev      netip.Addr // -d: the goroce device, named by the IP address it binds
+	ibPort   int        // -i
+	size     int        // -s: message size in bytes
+	mtu      verbs.MTU  // -m: path MTU
+	rxDepth  int        // -r: receives posted at a time
+	iters    int        // -n: exchanges
+	sl       int        // -l: service level
+	events   bool       // -e: sleep on CQ events instead of polling
+	gidIdx   int        // -g: -1 means the index of the device's own address
+	chk      bool       // -c: validate received buffers
+	odp      bool       // -o
+	iodp     bool       // -O
+	prefetch bool       // -P
+	ts       bool       // -t
+	dm       bool       // -j
+	newSend  bool       // -N
+	ccUnprot bool       // -U
+	timeout  time.Duration
+	server   string // the positional host: set on the client, empty on the server
+}
+
+func defaultOptions() options {
+	return options{
+		port:    18515,
+		dev:     netip.AddrFrom4([4]byte{127, 0, 0, 1}),
+		ibPort:  1,
+		size:    4096,
+		mtu:     verbs.MTU1024,
+		rxDepth: 500,
+		iters:   1000,
+		gidIdx:  -1,
+		timeout: 5 * time.Second,
+	}
+}
+
+// optSpec is one option in getopt_long's terms.
+type optSpec struct {
+	short  byte // 0 for a long-only option
+	long   string
+	hasArg bool
+}
+
+// The options of rc_pingpong.c (optstring "p:d:i:s:m:r:n:l:eg:oOPtcjNU"),
+// plus goroce's long-only --timeout.
+var optSpecs = []optSpec{
+	{'p', "port", true}, {'d', "ib-dev", true}, {'i', "ib-port", true}, {'s', "size", true},
+	{'m', "mtu", true}, {'r', "rx-depth", true}, {'n', "iters", true}, {'l', "sl", true},
+	{'e', "events", false}, {'g', "gid-idx", true}, {'o', "odp", false}, {'O', "iodp", false},
+	{'P', "prefetch", false}, {'t', "ts", false}, {'c', "chk", false}, {'j', "dm", false},
+	{'N', "new_send", false}, {'U', "allow-cc-unprotected", false}, {0, "timeout", true},
+}
+
+// errUsage means an option's argument was wrong; the caller prints the
+// usage, as for any other command-line error.
+var errUsage = errors.New("invalid argument")
+
+// opt is one option getopt found, with its argument.
+type opt struct {
+	spec *optSpec
+	name string // as written, for messages: "-s" or "--size"
+	arg  string
+}
+
+// getopt splits args as GNU getopt_long does: short options may be
+// bundled ("-ec", "-s64" or "-s 64"), long options may be abbreviated to a
+// unique prefix and take their argument as "--size=64" or "--size 64",
+// operands may come anywhere, and "--" ends the options.
+func getopt(args []string, specs []optSpec) (opts []opt, operands []string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return opts, append(operands, args[i+1:]...), nil
+		case strings.HasPrefix(a, "--"):
+			name, val, hasVal := strings.Cut(a[2:], "=")
+			s, err := lookupLong(specs, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			o := opt{spec: s, name: "--" + s.long}
+			switch {
+			case s.hasArg && hasVal:
+				o.arg = val
+			case s.hasArg:
+				if i+1 == len(args) {
+					return nil, nil, fmt.Errorf("option '--%s' requires an argument", s.long)
+				}
+				i++
+				o.arg = args[i]
+			case hasVal:
+				return nil, nil, fmt.Errorf("option '--%s' doesn't allow an argument", s.long)
+			}
+			opts = append(opts, o)
+		case len(a) > 1 && a[0] == '-':
+			for j := 1; j < len(a); j++ {
+				s := lookupShort(specs, a[j])
+				if s == nil {
+					return nil, nil, fmt.Errorf("invalid option -- '%c'", a[j])
+				}
+				o := opt{spec: s, name: "-" + string(a[j])}
+				if s.hasArg {
+					if j+1 < len(a) {
+						o.arg = a[j+1:]
+					} else if i+1 < len(args) {
+						i++
+						o.arg = args[i]
+					} else {
+						return nil, nil, fmt.Errorf("option requires an argument -- '%c'", a[j])
+					}
+					opts = append(opts, o)
+					break
+				}
+				opts = append(opts, o)
+			}
+		default:
+			operands = append(operands, a)
+		}
+	}
+	return opts, operands, nil
+}
+
+func lookupShort(specs []optSpec, c byte) *optSpec {
+	for i := range specs {
+		if specs[i].short != 0 && specs[i].short == c {
+			return &specs[i]
+		}
+	}
+	return nil
+}
+
+// lookupLong finds a long option by its name or a unique prefix of it.
+func lookupLong(specs []optSpec, name string) (*optSpec, error) {
+	var found *optSpec
+	for i := range specs {
+		switch {
+		case specs[i].long == name:
+			return &specs[i], nil
+		case name != "" && strings.HasPrefix(specs[i].long, name):
+			if found != nil {
+				return nil, fmt.Errorf("option '--%s' is ambiguous", name)
+			}
+			found = &specs[i]
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("unrecognized option '--%s'", name)
+	}
+	return found, nil
+}
+
+// parseOptions parses rc_pingpong's command line (without the program
+// name). Numbers are read as strtol does with base 0: decimal, 0x hex or
+// 0 octal; unlike strtol, trailing junk is an error.
+func parseOptions(args []string) (options, error) {
+	o := defaultOptions()
+	opts, operands, err := getopt(args, optSpecs)
+	if err != nil {
+		return o, err
+	}
+	for _, x := range opts {
+		if err := o.set(x); err != nil {
+			return o, err
+		}
+	}
+	switch len(operands) {
+	case 0:
+	case 1:
+		o.server = operands[0]
+	default:
+		return o, fmt.Errorf("%w: more than one host given: %q", errUsage, operands)
+	}
+	return o, nil
+}
+
+func (o *options) set(x opt) error {
+	num := func(lo, hi int64) (int, error) {
+		v, err := strconv.ParseInt(x.arg, 0, 64)
+		if err != nil || v < lo || v > hi {
+			return 0, fmt.Errorf("%w: %s %q: want an integer in %d..%d", errUsage, x.name, x.arg, lo, hi)
+		}
+		return int(v), nil
+	}
+	var err error
+	switch x.spec.long {
+	case "port":
+		var v int
+		v, err = num(0, 65535)
+		o.port = uint16(v)
+	case "ib-dev":
+		if o.dev, err = netip.ParseAddr(x.arg); err != nil {
+			return fmt.Errorf("%w: %s %q: goroce names a device by the IP address it binds, e.g. 127.0.0.2", errUsage, x.name, x.arg)
+		}
+	case "ib-port":
+		o.ibPort, err = num(1, 255)
+	case "size":
+		o.size, err = num(0, 1<<31)
+	case "mtu":
+		var v int
+		if v, err = num(256, 4096); err == nil {
+			if o.mtu = mtuOf(v); o.mtu == 0 {
+				err = fmt.Errorf("%w: %s %d: want 256, 512, 1024, 2048 or 4096", errUsage, x.name, v)
+			}
+		}
+	case "rx-depth":
+		o.rxDepth, err = num(1, 1<<16)
+	case "iters":
+		o.iters, err = num(0, 1<<31-1)
+	case "sl":
+		o.sl, err = num(0, 15)
+	case "events":
+		o.events = true
+	case "gid-idx":
+		o.gidIdx, err = num(-1, 1<<16)
+	case "odp":
+		o.odp = true
+	case "iodp":
+		o.odp, o.iodp = true, true
+	case "prefetch":
+		o.prefetch = true
+	case "ts":
+		o.ts = true
+	case "chk":
+		o.chk = true
+	case "dm":
+		o.dm = true
+	case "new_send":
+		o.newSend = true
+	case "allow-cc-unprotected":
+		o.ccUnprot = true
+	case "timeout":
+		if o.timeout, err = time.ParseDuration(x.arg); err != nil {
+			var s float64
+			if s, err = strconv.ParseFloat(x.arg, 64); err == nil {
+				o.timeout = time.Duration(s * float64(time.Second))
+			}
+		}
+		if err != nil || o.timeout <= 0 {
+			err = fmt.Errorf("%w: %s %q: want a positive duration such as 5s or 500ms", errUsage, x.name, x.arg)
+		}
+	}
+	return err
+}
+
+// mtuOf is pp_mtu_to_enum: 0 for a size that is no IB MTU.
+func mtuOf(n int) verbs.MTU {
+	for m := verbs.MTU256; m <= verbs.MTU4096; m++ {
+		if m.Bytes() == n {
+			return m
+		}
+	}
+	return 0
+}
+
+// unsupported reports the first option combination rc_pingpong refuses,
+// with rdma-core's checks first, then the features goroce does not have.
+func (o *options) unsupported() error {
+	switch {
+	case o.odp && o.dm:
+		return errors.New("-j excludes -o and -O: device memory is never on-demand")
+	case o.ccUnprot && o.odp:
+		return errors.New("-U excludes -o and -O")
+	case o.ccUnprot && o.dm:
+		return errors.New("-U excludes -j")
+	case !o.odp && o.prefetch:
+		return errors.New("-P needs -o or -O: only on-demand memory is prefetched")
+	case o.odp:
+		return errors.New("goroce does not support on-demand paging (-o, -O, -P): it registers ordinary Go memory")
+	case o.ts:
+		return errors.New("goroce does not support completion timestamps (-t)")
+	case o.dm:
+		return errors.New("goroce has no device memory (-j)")
+	case o.ccUnprot:
+		return errors.New("goroce does not support CoCo unprotected memory (-U)")
+	}
+	return nil
+}
+
+// usage prints the help text on stdout, where rc_pingpong prints it.
+func usage(w io.Writer, argv0 string) {
+	fmt.Fprintf(w, `Usage:
+  %[1]s [options]          run the server: wait for one client
+  %[1]s [options] <host>   run the client: connect to the server on <host>
+
+Options:
+  -p, --port=<port>       TCP port of the address exchange (default 18515)
+  -d, --ib-dev=<addr>     the goroce device: the IP address it binds, UDP
+                          port 4791 (default 127.0.0.1); two processes on
+                          one host need two addresses, e.g. 127.0.0.2
+  -i, --ib-port=<port>    device port (default 1, the only one)
+  -s, --size=<bytes>      message size (default 4096)
+  -m, --mtu=<bytes>       path MTU: 256, 512, 1024, 2048 or 4096 (default 1024)
+  -r, --rx-depth=<n>      receives kept posted (default 500)
+  -n, --iters=<n>         round trips (default 1000)
+  -l, --sl=<sl>           service level (default 0)
+  -e, --events            sleep on CQ events rather than poll
+  -g, --gid-idx=<index>   local GID index (default: the GID of the
+                          device's own address)
+  -c, --chk               check every byte of every received message
+  -N, --new_send          post SENDs as with the ibv_wr_* API (goroce has
+                          one posting path; the SENDs are the same)
+  -o, --odp               on-demand paging: not supported by goroce
+  -O, --iodp              implicit on-demand paging: not supported
+  -P, --prefetch          prefetch an on-demand MR: not supported
+  -t, --ts                completion timestamps: not supported
+  -j, --dm                device memory: not supported
+  -U, --allow-cc-unprotected  CoCo unprotected memory: not supported
+      --timeout=<dur>     fail when the peer is silent this long during the
+                          exchange or the ping-pong (default 5s); the server
+                          waits for its client without limit
+`, argv0)
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+func TestParseOptions(t *testing.T) {
+	def := defaultOptions()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want func(o *options)
+	}{
+		{"defaults", nil, func(o *options) {}},
+		{"short", []string{"-p", "1234", "-d", "127.0.0.2", "-i", "1", "-s", "64", "-m", "4096", "-r", "10", "-n", "5",
+			"-l", "3", "-e", "-g", "1", "-c", "-N", "host"}, func(o *options) {
+			o.port, o.dev, o.size, o.mtu, o.rxDepth, o.iters, o.sl, o.events, o.gidIdx, o.chk, o.newSend, o.server =
+				1234, netip.MustParseAddr("127.0.0.2"), 64, verbs.MTU4096, 10, 5, 3, true, 1, true, true, "host"
+		}},
+		{"attached and bundled", []string{"-s64", "-ecn5", "-p0x10"}, func(o *options) {
+			o.size, o.events, o.chk, o.iters, o.port = 64, true, true, 5, 16
+		}},
+		{"long forms", []string{"--size=64", "--iters", "5", "--ib-dev=::1", "--mtu", "512", "--events", "--chk", "--gid-idx=0"}, func(o *options) {
+			o.size, o.iters, o.dev, o.mtu, o.events, o.chk, o.gidIdx = 64, 5, netip.MustParseAddr("::1"), verbs.MTU512, true, true, 0
+		}},
+		{"abbreviated long", []string{"--si=64", "--rx=7", "--new"}, func(o *options) { o.size, o.rxDepth, o.newSend = 64, 7, true }},
+		{"operand first", []string{"10.0.0.1", "-n", "3"}, func(o *options) { o.server, o.iters = "10.0.0.1", 3 }},
+		{"double dash", []string{"-n", "3", "--", "-host"}, func(o *options) { o.server, o.iters = "-host", 3 }},
+		{"octal", []string{"-s", "010"}, func(o *options) { o.size = 8 }},
+		{"timeout", []string{"--timeout=250ms"}, func(o *options) { o.timeout = 250 * time.Millisecond }},
+		{"timeout seconds", []string{"--timeout", "1.5"}, func(o *options) { o.timeout = 1500 * time.Millisecond }},
+		{"iodp", []string{"-O"}, func(o *options) { o.odp, o.iodp = true, true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := def
+			tc.want(&want)
+			got, err := parseOptions(tc.args)
+			if err != nil {
+				t.Fatalf("parseOptions(%q): %v", tc.args, err)
+			}
+			if got != want {
+				t.Fatalf("parseOptions(%q)\n got %+v\nwant %+v", tc.args, got, want)
+			}
+		})
+	}
+}
+
+func TestParseOptionsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-x"}, "invalid option -- 'x'"},
+		{[]string{"-s"}, "option requires an argument -- 's'"},
+		{[]string{"--size"}, "option '--size' requires an argument"},
+		{[]string{"--events=1"}, "option '--events' doesn't allow an argument"},
+		{[]string{"--bogus"}, "unrecognized option '--bogus'"},
+		{[]string{"--i=1"}, "option '--i' is ambiguous"},
+		{[]string{"-m", "1000"}, "want 256, 512, 1024, 2048 or 4096"},
+		{[]string{"-m", "8192"}, "want an integer in 256..4096"},
+		{[]string{"-p", "70000"}, "want an integer in 0..65535"},
+		{[]string{"-s", "12k"}, `-s "12k"`},
+		{[]string{"-i", "0"}, "want an integer in 1..255"},
+		{[]string{"-d", "mlx5_0"}, "goroce names a device by the IP address it binds"},
+		{[]string{"a", "b"}, "more than one host"},
+		{[]string{"--timeout=0"}, "want a positive duration"},
+	} {
+		_, err := parseOptions(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseOptions(%q) = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestUnsupported checks that options goroce cannot honour fail at once,
+// with a message, before any device is opened.
+func TestUnsupported(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o"}, "does not support on-demand paging"},
+		{[]string{"-O"}, "does not support on-demand paging"},
+		{[]string{"-P"}, "-P needs -o or -O"},
+		{[]string{"-o", "-P"}, "does not support on-demand paging"},
+		{[]string{"-t"}, "does not support completion timestamps"},
+		{[]string{"--dm"}, "has no device memory"},
+		{[]string{"-o", "-j"}, "-j excludes -o and -O"},
+		{[]string{"-U"}, "CoCo unprotected memory (-U)"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), "rc_pingpong", append(tc.args, "-d", "192.0.2.1"), &stdout, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), tc.want) || stdout.Len() != 0 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 1, nothing, %q", tc.args, code, stdout.String(), stderr.String(), tc.want)
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), "rc_pingpong", []string{"-h"}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.HasPrefix(stdout.String(), "Usage:\n  rc_pingpong [options]          run the server") ||
+		!strings.Contains(stdout.String(), "default 127.0.0.1") {
+		t.Errorf("usage text:\n%s", stdout.String())
+	}
+	if got := stderr.String(); got != "rc_pingpong: invalid option -- 'h'\n" {
+		t.Errorf("stderr %q", got)
+	}
+	if !errors.Is(func() error { _, err := parseOptions([]string{"-s", "x"}); return err }(), errUsage) {
+		t.Error("a bad number is not an errUsage")
+	}
+}

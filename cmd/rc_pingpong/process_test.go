@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTwoProcesses builds rc_pingpong and runs a server and a client as
+// two processes on one host (127.0.0.3 and 127.0.0.4), with 1000
+// exchanges of 1 MiB checked with -c.
+func TestTwoProcesses(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to build rc_pingpong: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "rc_pingpong")
+	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const size, iters = 1 << 20, 1000
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	port := fmt.Sprint(freePort(t))
+	common := []string{"-p", port, "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters), "-c"}
+
+	srv := exec.CommandContext(ctx, bin, append([]string{"-d", "127.0.0.3"}, common...)...)
+	var srvErr bytes.Buffer
+	srv.Stderr = &srvErr
+	pipe, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The server prints its address once it listens.
+	r := bufio.NewReader(pipe)
+	first, err := r.ReadString('\n')
+	if err != nil {
+		srv.Wait()
+		t.Fatalf("server: %v; stderr: %s", err, srvErr.String())
+	}
+
+	cli := exec.CommandContext(ctx, bin, append([]string{"-d", "127.0.0.4"}, append(common, "127.0.0.3")...)...)
+	var cliOut, cliErr bytes.Buffer
+	cli.Stdout, cli.Stderr = &cliOut, &cliErr
+	t0 := time.Now()
+	cliRunErr := cli.Run()
+	rest, _ := readAll(r)
+	srvRunErr := srv.Wait()
+	t.Logf("wall time %v", time.Since(t0).Round(time.Millisecond))
+	if cliRunErr != nil || srvRunErr != nil {
+		t.Fatalf("server: %v\n%s%s%s\nclient: %v\n%s%s", srvRunErr, first, rest, srvErr.String(), cliRunErr, cliOut.String(), cliErr.String())
+	}
+	s, c := parseOutput(t, "server", first+rest), parseOutput(t, "client", cliOut.String())
+	checkPair(t, s, c, size, iters, "127.0.0.3", "127.0.0.4")
+	t.Logf("server:\n%s%s", first, rest)
+	t.Logf("client:\n%s", cliOut.String())
+	if srvErr.Len() != 0 || cliErr.Len() != 0 {
+		t.Errorf("stderr not empty: server %q, client %q", srvErr.String(), cliErr.String())
+	}
+}
+
+func readAll(r *bufio.Reader) (string, error) {
+	var b strings.Builder
+	_, err := r.WriteTo(&b)
+	return b.String(), err
+}
