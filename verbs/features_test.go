@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/transport"
 )
 
@@ -304,5 +306,54 @@ func TestLargeMessages(t *testing.T) {
 	over := a.mr.SGE(0, 1<<30+1)
 	if _, err := a.qp.PostSend([]SendWR{{Opcode: WRSend, SGL: []SGE{half, over}}}); !errors.Is(err, transport.ErrMessageTooLong) {
 		t.Errorf("posting 2^31+1 bytes: %v", err)
+	}
+}
+
+// TestIPv6: devices on IPv6 addresses (over the in-memory link, which
+// computes and checks the IPv6 ICRC) use their address as a GID.
+func TestIPv6(t *testing.T) {
+	a6, b6 := netip.MustParseAddrPort("[fd00::1]:4791"), netip.MustParseAddrPort("[fd00::2]:4791")
+	la, lb := link.NewMemPair(a6, b6)
+	da, db := openPair(t, Config{Addr: a6.Addr(), Link: la, MTU: 1500}, Config{Addr: b6.Addr(), Link: lb, MTU: 1500})
+	if g := da.GIDs(); len(g) != 2 || g[0].String()[:6] != "fe80::" || g[1].String() != "fd00::1" || da.GIDIndex() != 1 {
+		t.Errorf("GID table %v, index %d", g, da.GIDIndex())
+	}
+	if da.QueryPort().ActiveMTU != MTU1024 {
+		t.Errorf("active MTU %v on a 1500-byte interface, want 1024", da.QueryPort().ActiveMTU)
+	}
+	a, b := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
+	connect(t, a, b, MTU1024)
+	fill(a.buf[:5000], 5)
+	_, err := b.qp.PostRecv([]RecvWR{{WRID: 1, SGL: []SGE{b.mr.SGE(0, 8192)}}})
+	must(t, err)
+	_, err = a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 5000)}}})
+	must(t, err)
+	if wc := wait(t, b.cq, 1)[0]; wc.ByteLen != 5000 || !bytes.Equal(b.buf[:5000], a.buf[:5000]) {
+		t.Errorf("IPv6 SEND: %+v", wc)
+	}
+	// An IPv4 peer cannot be reached from an IPv6 device.
+	e := newEndpoint(t, da, 64)
+	must(t, e.qp.Modify(&QPAttr{State: QPSInit, PortNum: 1}, AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags))
+	err = e.qp.Modify(&QPAttr{State: QPSRTR, PathMTU: MTU1024, AH: AHAttr{IsGlobal: true, DGID: GIDFromAddr(netip.MustParseAddr("127.0.0.1"))}},
+		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer)
+	if err == nil {
+		t.Error("an IPv6 device accepted an IPv4 peer")
+	}
+}
+
+// TestSQD: in SQD the send queue stops taking new work; back in RTS the
+// posted work goes out.
+func TestSQD(t *testing.T) {
+	a, b := pair(t, 4096, MTU1024)
+	must(t, a.qp.Modify(&QPAttr{State: QPSSQD}, AttrState))
+	_, err := a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	must(t, err)
+	time.Sleep(5 * time.Millisecond)
+	if a.cq.Len() != 0 {
+		t.Fatal("a WR posted in SQD was executed")
+	}
+	must(t, a.qp.Modify(&QPAttr{State: QPSRTS}, AttrState))
+	if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+		t.Errorf("after SQD→RTS: %+v", wc)
 	}
 }
