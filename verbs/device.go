@@ -10,6 +10,7 @@ import (
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -184,6 +185,9 @@ type Device struct {
 
 	events chan AsyncEvent
 	disp   *dispatcher
+
+	stats     *stats.Counters
+	published *stats.Published // nil when the counters could not be published
 }
 
 // ErrClosed is returned by operations on a closed device.
@@ -212,6 +216,11 @@ func Open(cfg Config) (*Device, error) {
 		nObjs:  map[string]int{},
 	}
 	d.name = "goroce_" + cfg.Addr.String()
+	if p, err := stats.Publish(d.name); err == nil {
+		d.published, d.stats = p, p.Counters
+	} else {
+		d.stats = stats.New() // counters still work, only `goroce stats` cannot see them
+	}
 	d.gids = gidTable(cfg.Addr, mac)
 	guid := nodeGUID(cfg.Addr, mac)
 	d.attr = DeviceAttr{
@@ -229,6 +238,9 @@ func Open(cfg Config) (*Device, error) {
 	if d.link == nil {
 		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local})
 		if err != nil {
+			if d.published != nil {
+				d.published.Close()
+			}
 			return nil, fmt.Errorf("verbs: open %v: %w", d.local, err)
 		}
 		d.link = l
@@ -287,7 +299,28 @@ func (d *Device) Close() error {
 	err := d.link.Close()
 	d.disp.stop()
 	close(d.events)
+	if d.published != nil {
+		d.published.Close()
+	}
 	return err
+}
+
+// Counters returns the device's counters by name: rxe's hw_counters
+// (sent_pkts, rcvd_pkts, duplicate_request, out_of_seq_request,
+// rcvd_rnr_err, send_rnr_err, rcvd_seq_err, ack_deferred,
+// retry_exceeded_err, retry_rnr_exceeded_err, completer_retry_err,
+// send_err, link_downed, rdma_sends, rdma_recvs) and sent_bytes,
+// rcvd_bytes, icrc_errors and malformed. `goroce stats` shows the same
+// numbers from another process.
+func (d *Device) Counters() map[string]uint64 {
+	d.updateLinkCounters()
+	return d.stats.Snapshot().Map()
+}
+
+// updateLinkCounters copies the counts the link keeps.
+func (d *Device) updateLinkCounters() {
+	ls := d.link.Stats()
+	d.stats.Set(stats.ICRCErrors, ls.ICRCErrors)
 }
 
 // interfaceOf returns the MTU and MAC address of the interface holding

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/transport"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -108,12 +109,14 @@ func (p *dispatcher) read() {
 			}
 			return
 		}
+		p.dev.updateLinkCounters()
 		table := *p.dev.qpTable.Load()
 		for i := range n {
 			b := pkts[i].Buf
 			qp := table[wire.BTH(b).DestQP()]
 			if qp == nil {
-				continue // no such QP: dropped (the buffer is reused)
+				p.dev.stats.Inc(stats.Malformed) // no such QP: dropped (the buffer is reused)
+				continue
 			}
 			wi := int(qp.qpn % uint32(len(p.workers)))
 			if batches[wi] == nil {
@@ -193,11 +196,14 @@ func (w *worker) handle(ev event) {
 		for i := range ev.batch.n {
 			b := ev.batch.bufs[i]
 			ev.batch.bufs[i] = nil
-			if err := w.pkt.Parse(b); err == nil {
-				if qp := w.qps[w.pkt.BTH.DestQP()]; qp != nil {
-					qp.t.Receive(&w.pkt, now)
-					w.markDirty(qp)
-				}
+			qp := w.qps[wire.BTH(b).DestQP()]
+			if err := w.pkt.Parse(b); err == nil && qp != nil {
+				w.dev.stats.Inc(stats.RcvdPkts)
+				w.dev.stats.Add(stats.RcvdBytes, uint64(len(b)))
+				qp.t.Receive(&w.pkt, now)
+				w.markDirty(qp)
+			} else {
+				w.dev.stats.Inc(stats.Malformed)
 			}
 			putBuf(b)
 		}
@@ -278,8 +284,13 @@ func (w *worker) Fatal(t *transport.QP, _ transport.WCStatus) {
 func (w *worker) flush() {
 	for len(w.tx) > 0 {
 		n, err := w.dev.link.WriteBatch(w.tx)
+		for i := range n {
+			w.dev.stats.Add(stats.SentBytes, uint64(len(w.tx[i].Buf)))
+		}
+		w.dev.stats.Add(stats.SentPkts, uint64(n))
 		if err != nil && n == 0 {
 			n = 1 // drop the packet the link refused; the transport retries
+			w.dev.stats.Inc(stats.SendErr)
 		}
 		for i := range n {
 			putBuf(w.tx[i].Buf)

@@ -144,7 +144,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	qp.t = transport.NewQP(transport.Config{
 		QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ,
 		SQ: transport.NewSendQueue(c.MaxSendWR), RQ: rq, SRQ: a.SRQ != nil,
-		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData,
+		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData, Stats: d.stats,
 	}, nil)
 	qp.w = d.disp.workerFor(qp.qpn)
 	qp.t.SetEnv(qp.w)

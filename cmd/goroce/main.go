@@ -1,8 +1,9 @@
 // Command goroce is the administration tool of the goroce software RDMA
-// NIC. Today it decodes RoCEv2 captures; later subcommands list devices,
-// show counters and run benchmarks.
+// NIC: it decodes RoCEv2 captures and shows the counters of running
+// devices; later subcommands list devices and run benchmarks.
 //
 //	goroce decode FILE.pcap...   print one line per RoCEv2 packet and check its ICRC
+//	goroce stats [-d DEVICE]     show the counters of the devices running here
 package main
 
 import (
@@ -18,6 +19,7 @@ type command struct {
 
 var commands = []command{
 	{"decode", "decode [-q] FILE.pcap...", "print one line per RoCEv2 packet and check its ICRC", runDecode},
+	{"stats", "stats [-d DEVICE] [-json]", "show the counters of the goroce devices running here", runStats},
 }
 
 func main() {

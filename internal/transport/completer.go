@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -79,6 +80,7 @@ func (qp *QP) Timeout(now time.Time) {
 		return
 	}
 	c.retries++
+	qp.cfg.Stats.Inc(stats.CompleterRetryErr)
 	qp.rewind(c.psn)
 	qp.request(now)
 }
@@ -214,11 +216,13 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
 	}
 	switch code {
 	case wire.NAKPSNSeqError:
+		qp.cfg.Stats.Inc(stats.RcvdSeqErr)
 		if qp.comp.retries >= int(qp.path.RetryCnt) {
 			qp.failWQE(w, WCRetryExcErr)
 			return
 		}
 		qp.comp.retries++
+		qp.cfg.Stats.Inc(stats.CompleterRetryErr)
 		qp.rewind(p)
 		qp.request(now)
 		return
@@ -236,6 +240,7 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
 // rnrNAK handles a receiver-not-ready NAK (IBA 9.7.5.2.8): wait the time
 // the responder asked for, then resend from p; rnr_retry 7 retries forever.
 func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now time.Time) {
+	qp.cfg.Stats.Inc(stats.RcvdRNRErr)
 	qp.ackThrough(p.Add(-1), now)
 	w, ok := qp.nextUnacked(p)
 	if !ok {
@@ -298,6 +303,12 @@ func (qp *QP) rewind(p psn.PSN) {
 // failWQE completes w with an error status and moves the QP to ERR;
 // everything after it is flushed (IBA 10.8.3.1).
 func (qp *QP) failWQE(w *sendWQE, status WCStatus) {
+	switch status {
+	case WCRetryExcErr:
+		qp.cfg.Stats.Inc(stats.RetryExceededErr)
+	case WCRNRRetryExcErr:
+		qp.cfg.Stats.Inc(stats.RetryRNRExceededErr)
+	}
 	w.failed = status
 	w.acked = true
 	qp.complete()
@@ -331,6 +342,9 @@ func (qp *QP) complete() {
 		}
 		if w.signaled || w.failed != WCSuccess {
 			qp.cfg.SendCQ.Push(wc, false)
+		}
+		if w.failed == WCSuccess && wc.Opcode == WCSend {
+			qp.cfg.Stats.Inc(stats.RDMASends)
 		}
 		c.wqe++
 		if w.failed != WCSuccess {

@@ -26,6 +26,7 @@ import (
 	"github.com/goroce/goroce/internal/memory"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -75,11 +76,12 @@ type Config struct {
 	SendCQ    CQ
 	RecvCQ    CQ
 	SQ        *SendQueue
-	RQ        *RecvQueue // the QP's own receive queue or its SRQ
-	SRQ       bool       // RQ is shared: do not flush it on error
-	SigAll    bool       // sq_sig_all: every send WQE completes with a WC
-	MaxSGE    int        // max_send_sge
-	MaxInline int        // max_inline_data
+	RQ        *RecvQueue      // the QP's own receive queue or its SRQ
+	SRQ       bool            // RQ is shared: do not flush it on error
+	SigAll    bool            // sq_sig_all: every send WQE completes with a WC
+	MaxSGE    int             // max_send_sge
+	MaxInline int             // max_inline_data
+	Stats     *stats.Counters // the device's counters; nil counts nothing
 }
 
 // Path holds the connection attributes that modify_qp sets on the way to
@@ -116,6 +118,7 @@ type QP struct {
 func NewQP(cfg Config, env Env) *QP {
 	qp := &QP{cfg: cfg, env: env, state: qpstate.Reset}
 	qp.resp.init()
+	qp.resp.stats = cfg.Stats
 	return qp
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/goroce/goroce/internal/memory"
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -33,7 +34,8 @@ type responder struct {
 	writeOff uint64
 
 	readQ    []respJob // responses waiting to be sent, in PSN order
-	depth    int       // max_dest_rd_atomic
+	stats    *stats.Counters
+	depth    int // max_dest_rd_atomic
 	atomics  []atomicResult
 	atomicAt int
 }
@@ -90,6 +92,7 @@ func (r *responder) queueAck(syndrome uint8, p psn.PSN) {
 	if n := len(r.readQ); n > 0 && syndrome == wire.Syndrome(wire.AckTypeACK, wire.CreditsInvalid) {
 		if j := &r.readQ[n-1]; j.kind == wire.KindAck && j.syndrome == syndrome {
 			j.psn, j.msn = p, r.msn
+			r.stats.Inc(stats.AckDeferred)
 			return
 		}
 	}
@@ -106,12 +109,14 @@ func (qp *QP) handleRequest(p *wire.Packet) {
 	case d > 0:
 		// IBA 9.7.5.1.4 (C9-97): a PSN beyond the expected one. NAK it
 		// once, then drop until the expected PSN comes back.
+		qp.cfg.Stats.Inc(stats.OutOfSeqRequest)
 		if !r.nakSent {
 			r.nakSent = true
 			r.queueAck(wire.Syndrome(wire.AckTypeNAK, uint8(wire.NAKPSNSeqError)), r.psn)
 		}
 		return
 	case d < 0:
+		qp.cfg.Stats.Inc(stats.DuplicateRequest)
 		qp.duplicate(p, pn)
 		return
 	}
@@ -160,6 +165,7 @@ func (qp *QP) takeRecv(pn psn.PSN) bool {
 		return true
 	}
 	if !qp.cfg.RQ.pop(&r.recv) {
+		qp.cfg.Stats.Inc(stats.SendRNRErr)
 		r.queueAck(wire.Syndrome(wire.AckTypeRNRNAK, qp.path.MinRNRTimer), pn)
 		return false
 	}
@@ -191,6 +197,7 @@ func (qp *QP) respSend(p *wire.Packet, pn psn.PSN) {
 			wc.Flags, wc.InvRKey = WCWithInv, p.IETH.RKey()
 		}
 		r.haveRecv = false
+		qp.cfg.Stats.Inc(stats.RDMARecvs)
 		qp.cfg.RecvCQ.Push(wc, p.BTH.SE())
 	}
 }
@@ -265,6 +272,7 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 		wc := WC{WRID: r.recv.wrid, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.writeOff), Imm: p.ImmDt.Imm(),
 			Flags: WCWithImm, QPNum: qp.cfg.QPN, SrcQP: qp.path.DestQPN}
 		r.haveRecv = false
+		qp.cfg.Stats.Inc(stats.RDMARecvs)
 		qp.cfg.RecvCQ.Push(wc, p.BTH.SE())
 	}
 }

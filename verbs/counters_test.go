@@ -1,0 +1,39 @@
+package verbs
+
+import (
+	"testing"
+	"time"
+)
+
+// TestCounters: the counters follow what happened, with rxe's names.
+func TestCounters(t *testing.T) {
+	a, b := pair(t, 1<<16, MTU1024)
+	// An RNR wait, then a 5000-byte SEND (5 packets) and its completion.
+	_, err := a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 5000)}}})
+	must(t, err)
+	time.Sleep(3 * time.Millisecond)
+	_, err = b.qp.PostRecv([]RecvWR{{WRID: 1, SGL: []SGE{b.mr.SGE(0, 8192)}}})
+	must(t, err)
+	wait(t, a.cq, 1)
+	wait(t, b.cq, 1)
+	ca, cb := a.dev.Counters(), b.dev.Counters()
+	check := func(name string, got uint64, ok bool) {
+		t.Helper()
+		if !ok {
+			t.Errorf("%s = %d", name, got)
+		}
+	}
+	check("a rdma_sends", ca["rdma_sends"], ca["rdma_sends"] == 1)
+	check("b rdma_recvs", cb["rdma_recvs"], cb["rdma_recvs"] == 1)
+	check("b send_rnr_err", cb["send_rnr_err"], cb["send_rnr_err"] >= 1)
+	check("a rcvd_rnr_err", ca["rcvd_rnr_err"], ca["rcvd_rnr_err"] == cb["send_rnr_err"])
+	check("a sent_pkts", ca["sent_pkts"], ca["sent_pkts"] >= 5 && ca["sent_pkts"] == cb["rcvd_pkts"])
+	check("b sent_pkts", cb["sent_pkts"], cb["sent_pkts"] >= 2 && cb["sent_pkts"] == ca["rcvd_pkts"])
+	check("a sent_bytes", ca["sent_bytes"], ca["sent_bytes"] >= 5000 && ca["sent_bytes"] == cb["rcvd_bytes"])
+	for _, n := range []string{"icrc_errors", "malformed", "duplicate_request", "out_of_seq_request", "retry_exceeded_err", "link_downed"} {
+		check("a "+n, ca[n], ca[n] == 0)
+	}
+	if len(ca) != 19 {
+		t.Errorf("%d counters, want 19", len(ca))
+	}
+}
