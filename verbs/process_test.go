@@ -115,7 +115,10 @@ func runPeer(addr string, in io.Reader, out io.Writer) error {
 }
 
 // connectTo connects e's QP to the peer described by p.
-func connectTo(e *endpoint, p peerInfo, psn uint32) error {
+func connectTo(e *endpoint, p peerInfo, psn uint32) error { return connectTimeout(e, p, psn, 14, 7) }
+
+// connectTimeout is connectTo with the ACK timeout and retry count given.
+func connectTimeout(e *endpoint, p peerInfo, psn uint32, timeout, retry uint8) error {
 	qp := e.qp
 	if err := qp.Modify(&QPAttr{State: QPSInit, PortNum: 1,
 		AccessFlags: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic},
@@ -128,7 +131,7 @@ func connectTo(e *endpoint, p peerInfo, psn uint32) error {
 		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer); err != nil {
 		return err
 	}
-	return qp.Modify(&QPAttr{State: QPSRTS, SQPSN: psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+	return qp.Modify(&QPAttr{State: QPSRTS, SQPSN: psn, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 16},
 		AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic)
 }
 
