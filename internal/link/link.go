@@ -4,14 +4,15 @@
 // receives, because only it knows the IP and UDP header fields the ICRC covers
 // (IBA Annex A17).
 //
-// A link starts no goroutines. ReadBatch and WriteBatch block the calling
-// goroutine (UDP links wait in the Go netpoller, so no OS thread is held);
-// Close, from any goroutine, makes every blocked and later call return
-// net.ErrClosed. The intended use is one reader goroutine and one or more
+// A link starts no goroutines, except one to release held packets when its
+// FaultConfig delays or reorders them, which Close stops. ReadBatch and
+// WriteBatch block the calling goroutine (UDP links wait in the Go
+// netpoller, so no OS thread is held); Close, from any goroutine, makes
+// every blocked and later call return net.ErrClosed. The intended use is one reader goroutine and one or more
 // writer goroutines per link:
 //
 //	reader goroutine ── ReadBatch ──▶ check length and ICRC ──▶ packets to the device
-//	device goroutines ── WriteBatch ─▶ fill ICRC ──▶ sendmmsg, grouped by source port
+//	device goroutines ── WriteBatch ─▶ fill ICRC ──▶ fault stage, if any ──▶ sendmmsg, grouped by source port
 //	any goroutine ───── Close ──────▶ closes the sockets; blocked calls return
 //
 // Concurrent ReadBatch calls are serialized, as are concurrent WriteBatch
@@ -75,6 +76,12 @@ type Packet struct {
 	// port. Ignored on read. See SourcePort and FlowSourcePort for the ports
 	// rxe uses.
 	SrcPort uint16
+
+	// CE is set on read when the packet arrived marked ECN Congestion
+	// Experienced: IP ECN bits 11 (IPv4 TOS, IPv6 traffic class), or a
+	// memory pair's fault stage marked it (FaultConfig.CEMark). Ignored
+	// on write.
+	CE bool
 }
 
 // Stats are a link's counters, a snapshot taken by Link.Stats. Bytes count
@@ -94,6 +101,11 @@ type Stats struct {
 	// of their SrcPort, because no socket could be opened for that port
 	// (see UDP).
 	PortFallbacks uint64
+
+	// Fault counts what the link's fault stage did to the packets it
+	// sent; zero without one. SentPackets and SentBytes count what
+	// WriteBatch accepted, before the stage.
+	Fault FaultStats
 }
 
 // Link is a batched packet interface to the network.

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 )
 
 // memQueueLen is the number of packets in flight in each direction of a
@@ -26,13 +27,29 @@ const memQueueLen = 256
 // discarded, as datagrams to a closed port would be. No call blocks past a
 // Close.
 func NewMemPair(a, b netip.AddrPort) (Link, Link) {
+	return NewMemPairFault(a, b, FaultConfig{}, FaultConfig{})
+}
+
+// NewMemPairFault is NewMemPair with fault injection: ab is what the first
+// link does wrong to the packets it sends to the second, ba the reverse
+// (see FaultConfig). Each link's Stats.Fault counts what it did to the
+// packets it sent; a CE mark arrives as Packet.CE. It panics if a
+// configuration is invalid (check with FaultConfig.Validate first).
+func NewMemPairFault(a, b netip.AddrPort, ab, ba FaultConfig) (Link, Link) {
 	a, b = plain(a), plain(b)
 	if a.Addr().Is4() != b.Addr().Is4() {
 		panic("link: NewMemPair: " + a.String() + " and " + b.String() + " are of different address families")
 	}
+	for _, c := range []FaultConfig{ab, ba} {
+		if err := c.Validate(); err != nil {
+			panic("link: NewMemPairFault: " + err.Error())
+		}
+	}
 	qa, qb := newMemQueue(), newMemQueue() // packets to a, packets to b
-	la := &memLink{addr: a, peer: b, rx: qa, tx: qb}
-	lb := &memLink{addr: b, peer: a, rx: qb, tx: qa}
+	la := &memLink{addr: a, peer: b, rx: qa, tx: qb, fault: newFaultStage(ab)}
+	lb := &memLink{addr: b, peer: a, rx: qb, tx: qa, fault: newFaultStage(ba)}
+	la.fault.startRelease(la.flushHeld)
+	lb.fault.startRelease(lb.flushHeld)
 	return la, lb
 }
 
@@ -41,6 +58,7 @@ type memSlot struct {
 	buf  [MaxPacket]byte
 	n    int
 	from netip.AddrPort
+	ce   bool // marked Congestion Experienced by the sender's fault stage
 }
 
 // memQueue carries packets to one end of a pair. Slots circulate between
@@ -73,6 +91,9 @@ type memLink struct {
 
 	readMu, writeMu sync.Mutex // serialize calls, as the UDP link does
 
+	fault *faultStage // nil: no faults
+	fout  []faultOut  // the fault stage's output; guarded by writeMu
+
 	// inFlight, if set (by tests, before use), sees each packet after its
 	// ICRC is filled and may change it; it returns the packet to deliver,
 	// which may be shorter but must stay within the slice it was given.
@@ -80,10 +101,20 @@ type memLink struct {
 }
 
 func (l *memLink) LocalAddr() netip.AddrPort { return l.addr }
-func (l *memLink) Stats() Stats              { return l.stats.snapshot() }
+
+func (l *memLink) Stats() Stats {
+	s := l.stats.snapshot()
+	if l.fault != nil {
+		s.Fault = l.fault.stats.snapshot()
+	}
+	return s
+}
 
 func (l *memLink) Close() error {
 	l.rx.closeOnce.Do(func() { close(l.rx.done) })
+	if l.fault != nil {
+		l.fault.stop()
+	}
 	return nil
 }
 
@@ -114,24 +145,64 @@ func (l *memLink) WriteBatch(pkts []Packet) (int, error) {
 		putICRC(p.Buf, &f)
 		bytes += uint64(len(p.Buf))
 
-		var s *memSlot
-		select {
-		case s = <-l.tx.free:
-		case <-l.tx.done:
-			continue // the peer is gone: the packet is lost on the way
-		case <-l.rx.done:
+		ok := true
+		if l.fault == nil {
+			ok = l.put(p.Buf, src, false)
+		} else {
+			out := l.fault.admit(p.Buf, l.peer, src, i, l.fout[:0])
+			k := l.putAll(out)
+			l.fault.recycle(out, k)
+			l.fout = out[:0]
+			ok = k == len(out)
+		}
+		if !ok {
 			l.stats.addTx(uint64(i), bytes-uint64(len(p.Buf)), net.ErrClosed)
 			return i, net.ErrClosed
 		}
-		s.n = copy(s.buf[:], p.Buf)
-		s.from = src
-		if l.inFlight != nil {
-			s.n = len(l.inFlight(s.buf[:s.n]))
-		}
-		l.tx.full <- s
 	}
 	l.stats.addTx(uint64(len(pkts)), bytes, nil)
 	return len(pkts), nil
+}
+
+// put copies one packet into a slot of the peer's queue, waiting for a free
+// slot. It returns false if this end is closed first.
+func (l *memLink) put(b []byte, from netip.AddrPort, ce bool) bool {
+	var s *memSlot
+	select {
+	case s = <-l.tx.free:
+	case <-l.tx.done:
+		return true // the peer is gone: the packet is lost on the way
+	case <-l.rx.done:
+		return false
+	}
+	s.n = copy(s.buf[:], b)
+	s.from, s.ce = from, ce
+	if l.inFlight != nil {
+		s.n = len(l.inFlight(s.buf[:s.n]))
+	}
+	l.tx.full <- s
+	return true
+}
+
+// putAll puts the fault stage's output and returns how many went.
+func (l *memLink) putAll(out []faultOut) int {
+	for i := range out {
+		if !l.put(out[i].buf, out[i].src, out[i].ce) {
+			return i
+		}
+	}
+	return len(out)
+}
+
+// flushHeld sends the held packets that are due, for the fault stage's
+// release goroutine, and returns the next deadline.
+func (l *memLink) flushHeld() time.Time {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	out, next := l.fault.due(l.fout[:0])
+	l.fault.recycle(out, l.putAll(out))
+	l.fout = out[:0]
+	return next
 }
 
 // check refuses what WriteBatch will not send.
@@ -206,6 +277,7 @@ func (l *memLink) deliver(p *Packet, s *memSlot, c *rxCount) bool {
 	copy(p.Buf, pkt)
 	p.Peer = s.from
 	p.SrcPort = 0
+	p.CE = s.ce
 	c.packets++
 	c.bytes += uint64(len(pkt))
 	return true

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"os"
 	"syscall"
@@ -30,6 +31,7 @@ type mmsg struct {
 	hs    [MaxBatch]mmsghdr
 	iovs  [MaxBatch]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6 // large enough for either family
+	ctls  [MaxBatch]ctlBuf                // control messages: TOS received, ECN CE to send
 
 	// Arguments and results of the system call in progress, so that the
 	// functions handed to syscall.RawConn are method values bound once,
@@ -66,10 +68,14 @@ func (m *mmsg) setBuf(i int, b []byte) {
 }
 
 // clearBufs forgets the first n buffers, so that the link keeps no
-// reference to the caller's memory between calls.
+// reference to the caller's memory between calls, and their control
+// messages.
 func (m *mmsg) clearBufs(n int) {
 	for i := range n {
 		m.iovs[i].Base = nil
+		h := &m.hs[i].hdr
+		h.Control = nil
+		h.SetControllen(0)
 	}
 }
 
@@ -79,6 +85,8 @@ func (m *mmsg) readFrom(rc syscall.RawConn, cnt int) (int, error) {
 	for i := range cnt {
 		h := &m.hs[i].hdr
 		h.Namelen = unix.SizeofSockaddrInet6
+		h.Control = (*byte)(unsafe.Pointer(&m.ctls[i]))
+		h.SetControllen(len(m.ctls[i]) * 8)
 		h.Flags = 0
 		m.hs[i].n = 0
 	}
@@ -159,4 +167,61 @@ func (m *mmsg) name(i int) (a netip.AddrPort, ok bool) {
 		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), port), true
 	}
 	return netip.AddrPort{}, false
+}
+
+// ctlBuf holds one message's control messages, aligned for cmsghdr: room
+// for one carrying an int (24 bytes on 64-bit systems).
+type ctlBuf [4]uint64
+
+// ECN codepoints: the low two bits of the IPv4 TOS and the IPv6 traffic
+// class (RFC 3168).
+const (
+	ecnMask = 0x03
+	ecnCE   = 0x03
+)
+
+// ce reports whether received message i arrived marked ECN Congestion
+// Experienced, from the IP_TOS or IPV6_TCLASS control message that
+// IP_RECVTOS and IPV6_RECVTCLASS make the kernel attach.
+func (m *mmsg) ce(i int) bool {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&m.ctls[i])), len(m.ctls[i])*8)
+	b = b[:min(int(m.hs[i].hdr.Controllen), len(b))]
+	for len(b) >= unix.SizeofCmsghdr {
+		c := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		n := int(c.Len)
+		if n < unix.CmsgLen(0) || n > len(b) {
+			return false
+		}
+		data := b[unix.CmsgLen(0):n]
+		switch {
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TOS && len(data) >= 1:
+			return data[0]&ecnMask == ecnCE
+		case c.Level == unix.IPPROTO_IPV6 && c.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			return binary.NativeEndian.Uint32(data)&ecnMask == ecnCE
+		}
+		b = b[min(unix.CmsgSpace(n-unix.CmsgLen(0)), len(b)):]
+	}
+	return false
+}
+
+// setCE gives message i a control message that sends it with ECN CE, the
+// whole TOS (IPv4) or traffic class (IPv6) being 0x03; or none.
+func (m *mmsg) setCE(i int, ce, is6 bool) {
+	h := &m.hs[i].hdr
+	if !ce {
+		h.Control = nil
+		h.SetControllen(0)
+		return
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&m.ctls[i])), len(m.ctls[i])*8)
+	clear(b)
+	c := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	c.Level, c.Type = unix.IPPROTO_IP, unix.IP_TOS
+	if is6 {
+		c.Level, c.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+	}
+	c.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], ecnCE)
+	h.Control = &b[0]
+	h.SetControllen(unix.CmsgSpace(4))
 }

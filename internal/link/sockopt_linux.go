@@ -44,6 +44,16 @@ func (o sockOpts) apply(fd int) error {
 			return fmt.Errorf("SO_SNDBUF: %w", err)
 		}
 	}
+	if !o.sendOnly {
+		// Report each datagram's TOS or traffic class, for Packet.CE.
+		lvl, opt := unix.IPPROTO_IP, unix.IP_RECVTOS
+		if o.is6 {
+			lvl, opt = unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS
+		}
+		if err := unix.SetsockoptInt(fd, lvl, opt, 1); err != nil {
+			return fmt.Errorf("IP_RECVTOS/IPV6_RECVTCLASS: %w", err)
+		}
+	}
 	if o.sendOnly {
 		for _, opt := range []int{unix.SO_REUSEADDR, unix.SO_REUSEPORT} {
 			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, 1); err != nil {

@@ -27,6 +27,11 @@ type UDPConfig struct {
 	// SO_SNDBUFFORCE set them past net.core.rmem_max and wmem_max;
 	// otherwise those sysctls cap them.
 	ReadBuffer, WriteBuffer int
+
+	// Fault makes the link drop, duplicate, reorder, corrupt, delay or
+	// CE-mark the packets it sends, after filling their ICRC; the zero
+	// value does nothing. See FaultConfig.
+	Fault FaultConfig
 }
 
 const defaultSocketBuffer = 4 << 20
@@ -66,8 +71,13 @@ const maxPortSockets = 1024
 // leaves from. Consecutive packets with the same SrcPort go out in one
 // sendmmsg.
 //
-// A UDP link starts no goroutines: ReadBatch and WriteBatch wait in the Go
-// netpoller, and Close unblocks them.
+// Packet.CE reports the ECN bits of each datagram received (IP_RECVTOS,
+// IPV6_RECVTCLASS). A packet the fault stage CE-marks leaves with TOS or
+// traffic class 0x03, set by a control message to sendmmsg.
+//
+// A UDP link starts no goroutines (except a fault stage's, see FaultConfig):
+// ReadBatch and WriteBatch wait in the Go netpoller, and Close unblocks
+// them.
 type UDP struct {
 	conn  *net.UDPConn
 	rc    syscall.RawConn
@@ -80,7 +90,9 @@ type UDP struct {
 	rd     *mmsg // guarded by readMu
 
 	writeMu sync.Mutex
-	wr      *mmsg // guarded by writeMu
+	wr      *mmsg       // guarded by writeMu
+	fault   *faultStage // nil: no faults
+	fout    []faultOut  // the fault stage's output; guarded by writeMu
 
 	portsMu sync.Mutex
 	ports   map[uint16]*portSocket // guarded by portsMu; nil value: could not bind
@@ -100,6 +112,9 @@ var _ Link = (*UDP)(nil)
 // ListenUDP opens a UDP link bound to cfg.Addr.
 func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	a := cfg.Addr
+	if err := cfg.Fault.Validate(); err != nil {
+		return nil, fmt.Errorf("link: listen %v: %w", a, err)
+	}
 	ip := a.Addr().Unmap()
 	if !ip.IsValid() || ip.IsUnspecified() {
 		return nil, fmt.Errorf("link: listen %v: need a specific local IP address (the ICRC covers it)", a)
@@ -130,7 +145,7 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 		return nil, fmt.Errorf("link: listen %v: %w", a, err)
 	}
 	la := conn.LocalAddr().(*net.UDPAddr).AddrPort()
-	return &UDP{
+	u := &UDP{
 		conn:  conn,
 		rc:    rc,
 		laddr: plain(la),
@@ -140,7 +155,10 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 		rd:    newMmsg(),
 		wr:    newMmsg(),
 		ports: make(map[uint16]*portSocket),
-	}, nil
+		fault: newFaultStage(cfg.Fault),
+	}
+	u.fault.startRelease(u.flushHeld)
+	return u, nil
 }
 
 // listen opens a UDP socket bound to a with the options set before bind.
@@ -173,7 +191,13 @@ func listen(a netip.AddrPort, o sockOpts) (*net.UDPConn, syscall.RawConn, error)
 func (u *UDP) LocalAddr() netip.AddrPort { return u.laddr }
 
 // Stats returns a snapshot of the link's counters.
-func (u *UDP) Stats() Stats { return u.stats.snapshot() }
+func (u *UDP) Stats() Stats {
+	s := u.stats.snapshot()
+	if u.fault != nil {
+		s.Fault = u.fault.stats.snapshot()
+	}
+	return s
+}
 
 // Close closes the link's sockets, which unblocks ReadBatch and WriteBatch.
 // Later calls return nil.
@@ -191,7 +215,11 @@ func (u *UDP) Close() error {
 	}
 	clear(u.ports)
 	u.portsMu.Unlock()
-	return u.conn.Close()
+	err := u.conn.Close()
+	if u.fault != nil {
+		u.fault.stop()
+	}
+	return err
 }
 
 // ReadBatch implements Link.ReadBatch.
@@ -223,7 +251,7 @@ func (u *UDP) ReadBatch(pkts []Packet) (int, error) {
 			}
 			if n != i { // move the good packet to the front, its buffer with it
 				pkts[n].Buf, pkts[i].Buf = pkts[i].Buf, pkts[n].Buf[:cap(pkts[n].Buf)]
-				pkts[n].Peer = pkts[i].Peer
+				pkts[n].Peer, pkts[n].CE = pkts[i].Peer, pkts[i].CE
 			}
 			pkts[n].SrcPort = 0
 			n++
@@ -258,7 +286,7 @@ func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
 		c.icrc++
 		return false
 	}
-	p.Buf, p.Peer = pkt, peer
+	p.Buf, p.Peer, p.CE = pkt, peer, m.ce(i)
 	c.packets++
 	c.bytes += uint64(size)
 	return true
@@ -268,6 +296,9 @@ func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
 func (u *UDP) WriteBatch(pkts []Packet) (int, error) {
 	u.writeMu.Lock()
 	defer u.writeMu.Unlock()
+	if u.fault != nil {
+		return u.writeFault(pkts)
+	}
 	m := u.wr
 	sent, bytes := 0, uint64(0)
 	var err error

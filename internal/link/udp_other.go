@@ -11,6 +11,7 @@ import (
 type UDPConfig struct {
 	Addr                    netip.AddrPort
 	ReadBuffer, WriteBuffer int
+	Fault                   FaultConfig
 }
 
 // UDP is a Link over a UDP socket. It exists only on Linux, which has the
