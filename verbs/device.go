@@ -32,6 +32,14 @@ type Config struct {
 	// Workers is the number of goroutines that run QPs; 0 means up to 4,
 	// bounded by GOMAXPROCS.
 	Workers int
+	// Fault makes the device's socket misbehave on purpose, for tests and
+	// for diagnosing applications: a spec such as
+	// "drop=1%,dup=1%,reorder=25%,delay=1ms,corrupt=0.1%,seed=7", or rules
+	// such as "rule=drop:ack:for=50ms" (the grammar is in docs/FAULT.md).
+	// Faults apply to packets this device sends, after their ICRC is
+	// computed, so corrupted packets are caught by the receiver's ICRC
+	// check. Empty means none.
+	Fault string
 	// Link, when set, replaces the UDP socket: tests use in-memory links.
 	// It is an internal type; programs outside goroce leave it nil.
 	Link link.Link
@@ -234,9 +242,16 @@ func Open(cfg Config) (*Device, error) {
 		GIDTblLen: gidTableLen, MaxMsgSize: 1 << 31, PKeyTblLen: 1, LinkLayer: "Ethernet"}
 	empty := map[uint32]*QP{}
 	d.qpTable.Store(&empty)
+	fault, err := link.ParseFault(cfg.Fault)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: Config.Fault: %w", err)
+	}
 	d.link = cfg.Link
+	if d.link != nil && cfg.Fault != "" {
+		return nil, errors.New("verbs: Config.Fault applies to the UDP socket; with Config.Link, build the fault into the link")
+	}
 	if d.link == nil {
-		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local})
+		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local, Fault: fault})
 		if err != nil {
 			if d.published != nil {
 				d.published.Close()
@@ -310,7 +325,9 @@ func (d *Device) Close() error {
 // rcvd_rnr_err, send_rnr_err, rcvd_seq_err, ack_deferred,
 // retry_exceeded_err, retry_rnr_exceeded_err, completer_retry_err,
 // send_err, link_downed, rdma_sends, rdma_recvs) and sent_bytes,
-// rcvd_bytes, icrc_errors and malformed. `goroce stats` shows the same
+// rcvd_bytes, icrc_errors, malformed and what fault injection did
+// (fault_dropped, fault_duplicated, fault_reordered, fault_corrupted,
+// fault_delayed, fault_ce_marked). `goroce stats` shows the same
 // numbers from another process.
 func (d *Device) Counters() map[string]uint64 {
 	d.updateLinkCounters()
@@ -321,6 +338,13 @@ func (d *Device) Counters() map[string]uint64 {
 func (d *Device) updateLinkCounters() {
 	ls := d.link.Stats()
 	d.stats.Set(stats.ICRCErrors, ls.ICRCErrors)
+	f := ls.Fault
+	d.stats.Set(stats.FaultDropped, f.Dropped+f.Overflow+f.Discarded)
+	d.stats.Set(stats.FaultDuplicated, f.Duplicated)
+	d.stats.Set(stats.FaultReordered, f.Reordered)
+	d.stats.Set(stats.FaultCorrupted, f.Corrupted)
+	d.stats.Set(stats.FaultDelayed, f.Delayed)
+	d.stats.Set(stats.FaultCEMarked, f.CEMarked)
 }
 
 // interfaceOf returns the MTU and MAC address of the interface holding

@@ -229,10 +229,11 @@ func (w *worker) markDirty(qp *QP) {
 
 // progress runs the dirty QPs until they have nothing more to send now.
 func (w *worker) progress() {
-	now := time.Now()
 	for len(w.dirty) > 0 {
 		qp := w.dirty[0]
-		qp.t.Progress(now)
+		// A fresh time for each step: writing can block on a full link, and
+		// timers armed with a stale time would expire early.
+		qp.t.Progress(time.Now())
 		n := copy(w.dirty, w.dirty[1:])
 		w.dirty = w.dirty[:n]
 		if qp.t.Busy() {

@@ -34,6 +34,12 @@ const (
 	RcvdBytes                          // UDP payload bytes received and accepted
 	ICRCErrors                         // packets dropped for a bad ICRC
 	Malformed                          // packets dropped as malformed or for no QP
+	FaultDropped                       // fault injection (Config.Fault): packets dropped on purpose
+	FaultDuplicated                    //   … sent twice
+	FaultReordered                     //   … held back behind later ones
+	FaultCorrupted                     //   … with a bit flipped
+	FaultDelayed                       //   … delayed
+	FaultCEMarked                      //   … marked ECN CE
 	NumCounters
 )
 
@@ -42,6 +48,7 @@ var names = [NumCounters]string{
 	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
 	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"sent_bytes", "rcvd_bytes", "icrc_errors", "malformed",
+	"fault_dropped", "fault_duplicated", "fault_reordered", "fault_corrupted", "fault_delayed", "fault_ce_marked",
 }
 
 func (c Counter) String() string { return names[c] }

@@ -111,9 +111,10 @@ func (qp *QP) handleResponse(p *wire.Packet, now time.Time) {
 // PSNs), stopping at a READ or atomic still waiting for its response.
 func (qp *QP) ackThrough(p psn.PSN, now time.Time) {
 	c := &qp.comp
-	if p.Before(c.psn.Add(-1)) || p.Diff(qp.req.psn) >= 0 {
-		return // old (duplicate) or for a PSN never sent
+	if p.Before(c.psn.Add(-1)) || p.Diff(qp.req.maxPSN) >= 0 {
+		return // old (duplicate), or for a PSN never sent
 	}
+	next := p.Next() // the PSN acknowledged up to
 	_, tail := qp.cfg.SQ.bounds()
 	for i := c.wqe; i != tail; i++ {
 		w := qp.cfg.SQ.slot(i)
@@ -123,14 +124,45 @@ func (qp *QP) ackThrough(p psn.PSN, now time.Time) {
 		if w.acked {
 			continue
 		}
-		if w.isReadOrAtomic() || !w.sent || w.lastPSN().After(p) {
+		if w.isReadOrAtomic() {
+			// The ACK cannot complete a READ or an atomic, and if it covers
+			// one, its response was lost (IBA 9.7.5.1.2): acknowledge only
+			// up to the response still expected, so the retransmit timer
+			// stays armed and the request goes again.
+			if exp := w.firstPSN.Add(int(w.placed / uint64(qp.path.MTU))); exp.Before(next) {
+				next = exp
+			}
+			break
+		}
+		// A WQE keeps its PSNs when it is sent again after a rewind, so an
+		// ACK covering its last PSN completes it even mid-resend.
+		if w.lastPSN().After(p) {
 			break
 		}
 		w.acked = true
 	}
-	if p.Next().After(c.psn) {
-		c.psn = p.Next()
+	if next.After(c.psn) {
+		c.psn = next
 		c.progressed(qp, now)
+		qp.skipAcked()
+	}
+}
+
+// skipAcked moves the requester past what the peer has acknowledged
+// meanwhile: after a rewind, ACKs for the first transmission can overtake
+// the resend.
+func (qp *QP) skipAcked() {
+	r, c := &qp.req, &qp.comp
+	if !r.psn.Before(c.psn) {
+		return
+	}
+	qp.rewind(c.psn)
+	if r.psn.Before(c.psn) { // no started WQE holds c.psn: start the next one there
+		_, tail := qp.cfg.SQ.bounds()
+		for r.wqe != tail && qp.cfg.SQ.slot(r.wqe).acked {
+			r.wqe++
+		}
+		r.psn, r.offset = c.psn, 0
 	}
 }
 
@@ -147,7 +179,7 @@ func (qp *QP) nextUnacked(p psn.PSN) (*sendWQE, bool) {
 		if w.acked {
 			continue
 		}
-		if !w.isReadOrAtomic() && w.sent && w.lastPSN().Before(p) {
+		if !w.isReadOrAtomic() && w.lastPSN().Before(p) {
 			w.acked = true
 			continue
 		}
@@ -223,7 +255,9 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
 		}
 		qp.comp.retries++
 		qp.cfg.Stats.Inc(stats.CompleterRetryErr)
-		qp.rewind(p)
+		// Resend from the earliest PSN still needed: p, or an earlier READ
+		// or atomic whose response was lost.
+		qp.rewind(qp.comp.psn)
 		qp.request(now)
 		return
 	case wire.NAKInvalidReq:
@@ -253,7 +287,7 @@ func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now time.Time) {
 		}
 		qp.comp.rnrRetries++
 	}
-	qp.rewind(p)
+	qp.rewind(qp.comp.psn) // p, or an earlier READ/atomic still unanswered
 	qp.req.rnrUntil = now.Add(wire.RNRTimeout(timer))
 	qp.comp.deadline = time.Time{}
 }
@@ -289,14 +323,47 @@ func (qp *QP) rewind(p psn.PSN) {
 		}
 		for j := i; j != tail; j++ {
 			x := qp.cfg.SQ.slot(j)
-			x.sent = false
-			if j != i {
-				x.started = false
+			if !x.acked {
+				x.sent = false
 			}
 		}
-		w.started = true
-		c.psn = p
+		if p.Before(c.psn) {
+			c.psn = p
+		}
 		return
+	}
+	// No WQE holds p: resend from the first unfinished one.
+	for i := c.wqe; i != tail; i++ {
+		w := qp.cfg.SQ.slot(i)
+		if w.acked {
+			continue
+		}
+		if w.started {
+			qp.rewind(w.firstPSN.Add(int(w.placed / uint64(qp.path.MTU))))
+		}
+		return
+	}
+}
+
+// normalize keeps comp.psn consistent with the send queue: everything
+// before the oldest unfinished WQE is acknowledged, so comp.psn is never
+// behind that WQE's next expected PSN; with nothing outstanding it equals
+// the requester's PSN and the timer stops.
+func (c *completer) normalize(qp *QP, tail uint64) {
+	if c.wqe == tail || !qp.cfg.SQ.slot(c.wqe).started {
+		if c.wqe == qp.req.wqe && c.psn != qp.req.psn {
+			c.psn = qp.req.psn
+			c.deadline = time.Time{}
+		}
+		return
+	}
+	w := qp.cfg.SQ.slot(c.wqe)
+	exp := w.firstPSN
+	if w.wr.Opcode == WRRDMARead {
+		exp = exp.Add(int(w.placed / uint64(qp.path.MTU)))
+	}
+	if c.psn.Before(exp) {
+		c.psn = exp
 	}
 }
 
@@ -356,6 +423,7 @@ func (qp *QP) complete() {
 	if c.wqe != start {
 		sq.retire(c.wqe)
 	}
+	c.normalize(qp, tail)
 	if qp.req.wqe-c.wqe > 1<<62 { // the requester never lags the completer
 		qp.req.wqe = c.wqe
 	}

@@ -173,6 +173,7 @@ func (qp *QP) SetState(s qpstate.State) {
 	case qpstate.RTS:
 		if old == qpstate.RTR {
 			qp.req.psn = qp.path.SQPSN
+			qp.req.maxPSN = qp.path.SQPSN
 			qp.comp.psn = qp.path.SQPSN
 			head, _ := qp.cfg.SQ.bounds()
 			qp.req.wqe, qp.comp.wqe = head, head
@@ -296,6 +297,13 @@ func (qp *QP) Progress(now time.Time) {
 		qp.request(now)
 	}
 	qp.complete()
+}
+
+// Outstanding returns the number of send WQEs not yet completed and
+// responses the responder has still to send: both 0 when the QP is idle.
+func (qp *QP) Outstanding() (sends, responses int) {
+	head, tail := qp.cfg.SQ.bounds()
+	return int(tail - head), len(qp.resp.readQ)
 }
 
 // Busy reports whether Progress has more to do right away.

@@ -22,6 +22,7 @@ type requester struct {
 	offset      uint64  // bytes of that WQE already sent
 	noackPkts   int     // packets sent since the last one with AckReq
 	rdAtomicOut int     // RDMA READs and atomics sent and not completed
+	maxPSN      psn.PSN // one past the highest PSN ever sent
 	rnrUntil    time.Time
 }
 
@@ -66,6 +67,10 @@ func (qp *QP) request(now time.Time) {
 	_, tail := qp.cfg.SQ.bounds()
 	for r.wqe != tail && qp.state == qpstate.RTS {
 		w := qp.cfg.SQ.slot(r.wqe)
+		if w.acked && w.failed == WCSuccess {
+			r.wqe, r.offset = r.wqe+1, 0 // acknowledged while being resent
+			continue
+		}
 		if w.failed != WCSuccess || !r.mayStart(qp, w) {
 			return
 		}
@@ -213,6 +218,9 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 		r.psn = r.psn.Next()
 		r.offset += payload
 		w.sent = last
+	}
+	if r.psn.After(r.maxPSN) {
+		r.maxPSN = r.psn
 	}
 	return true
 }

@@ -48,6 +48,7 @@ type respJob struct {
 	msn      uint32
 	syndrome uint8
 	data     []byte // READ: the bytes still to send
+	dup      bool   // the answer to a duplicate request: it uses no new resource
 	sent     int    // READ: response packets already sent
 	orig     uint64 // atomic: the original value
 }
@@ -75,11 +76,21 @@ func (r *responder) setDepth(n int) {
 
 func (r *responder) readsPending() bool { return len(r.readQ) > 0 }
 
+// readDataPending reports whether READ response data is still to be sent.
+func (r *responder) readDataPending() bool {
+	for i := range r.readQ {
+		if r.readQ[i].kind == wire.KindRead {
+			return true
+		}
+	}
+	return false
+}
+
 // outstanding counts READ responses and atomic replies not yet sent.
 func (r *responder) outstanding() int {
 	n := 0
 	for i := range r.readQ {
-		if r.readQ[i].kind != wire.KindAck {
+		if r.readQ[i].kind != wire.KindAck && !r.readQ[i].dup {
 			n++
 		}
 	}
@@ -121,6 +132,12 @@ func (qp *QP) handleRequest(p *wire.Packet) {
 		return
 	}
 	r.nakSent = false
+	// Requests execute in PSN order (IBA 9.5): a READ's data is read before
+	// any later request changes memory, so queued READ responses go out
+	// now, before this request executes.
+	if r.readDataPending() {
+		qp.sendResponses(true)
+	}
 	info := p.Info
 	// IBA 9.7.5.1.5: the opcode must continue the message in progress, or
 	// start a new one.
@@ -360,14 +377,14 @@ func (qp *QP) duplicate(p *wire.Packet, pn psn.PSN) {
 			if err != nil {
 				return
 			}
-			r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn, data: b})
+			r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn, data: b, dup: true})
 		} else {
-			r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn})
+			r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn, dup: true})
 		}
 	case wire.KindAtomic:
 		for _, a := range r.atomics {
 			if a.ok && a.psn == pn {
-				r.readQ = append(r.readQ, respJob{kind: wire.KindAtomic, psn: pn, msn: r.msn, orig: a.orig})
+				r.readQ = append(r.readQ, respJob{kind: wire.KindAtomic, psn: pn, msn: r.msn, orig: a.orig, dup: true})
 				return
 			}
 		}
