@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -38,7 +39,14 @@ func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
 		p   wire.Packet
 	}
 	var later []held
+	var windowErr error
 	h.drop = func(toB bool, p *wire.Packet) bool {
+		// The send window holds under retransmission too: no request
+		// leaves more than MaxUnackedPSNs ahead of the oldest
+		// unacknowledged PSN (rxe: req.psn ≤ comp.psn + 128).
+		if d := psn.PSN(p.BTH.PSN()).Diff(h.a.qp.comp.psn); toB && d > MaxUnackedPSNs && windowErr == nil {
+			windowErr = fmt.Errorf("request PSN %#x is %d ahead of comp.psn %#x", p.BTH.PSN(), d, uint32(h.a.qp.comp.psn))
+		}
 		switch x := rng.Float64(); {
 		case x < loss:
 			return true
@@ -155,6 +163,9 @@ func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
 			}
 		}
 		checks = checks[:0]
+	}
+	if windowErr != nil {
+		return windowErr
 	}
 	if !bytes.Equal(h.b.buf[:region], shadow) {
 		return fmt.Errorf("remote memory differs from what was written")
