@@ -26,6 +26,8 @@ type completer struct {
 	retries    int       // timeouts and sequence NAKs survived since the last progress
 	rnrRetries int       // RNR NAKs survived since the last progress
 	deadline   time.Time // retransmit timer; zero when nothing is outstanding
+	rnrPSN     psn.PSN   // PSN of the last RNR NAK, while rnrActive
+	rnrActive  bool
 }
 
 // ackTimeout is the local ACK timeout of IBA 9.7.6.1.3: 4.096 µs × 2^t.
@@ -46,6 +48,9 @@ func (c *completer) armTimer(qp *QP, now time.Time) {
 // progressed restarts the timer after an acknowledgement moved things on.
 func (c *completer) progressed(qp *QP, now time.Time) {
 	c.retries, c.rnrRetries = 0, 0
+	if c.rnrActive && c.psn.After(c.rnrPSN) {
+		c.rnrActive = false
+	}
 	c.deadline = time.Time{}
 	if qp.req.psn != c.psn {
 		c.armTimer(qp, now)
@@ -249,6 +254,12 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
 	switch code {
 	case wire.NAKPSNSeqError:
 		qp.cfg.Stats.Inc(stats.RcvdSeqErr)
+		if qp.comp.rnrActive && p == qp.comp.rnrPSN {
+			// The responder dropped what followed the packet it RNR-NAKed
+			// and says so with a sequence NAK for the same PSN: nothing was
+			// lost, and the RNR retry already resends it.
+			return
+		}
 		if qp.comp.retries >= int(qp.path.RetryCnt) {
 			qp.failWQE(w, WCRetryExcErr)
 			return
@@ -275,6 +286,7 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
 // the responder asked for, then resend from p; rnr_retry 7 retries forever.
 func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now time.Time) {
 	qp.cfg.Stats.Inc(stats.RcvdRNRErr)
+	qp.comp.rnrPSN, qp.comp.rnrActive = p, true
 	qp.ackThrough(p.Add(-1), now)
 	w, ok := qp.nextUnacked(p)
 	if !ok {
@@ -394,7 +406,6 @@ func (qp *QP) complete() {
 	c := &qp.comp
 	sq := qp.cfg.SQ
 	_, tail := sq.bounds()
-	start := c.wqe
 	for c.wqe != tail {
 		w := sq.slot(c.wqe)
 		if !w.acked {
@@ -407,21 +418,19 @@ func (qp *QP) complete() {
 		if w.failed == WCSuccess {
 			wc.ByteLen = uint32(w.length)
 		}
-		if w.signaled || w.failed != WCSuccess {
+		post := w.signaled || w.failed != WCSuccess
+		c.wqe++
+		sq.retire(c.wqe) // free the slot before the completion shows; w may be reused from here
+		if post {
 			qp.cfg.SendCQ.Push(wc, false)
 		}
-		if w.failed == WCSuccess && wc.Opcode == WCSend {
+		if wc.Status == WCSuccess && wc.Opcode == WCSend {
 			qp.cfg.Stats.Inc(stats.RDMASends)
 		}
-		c.wqe++
-		if w.failed != WCSuccess {
-			sq.retire(c.wqe)
-			qp.fatal(w.failed)
+		if wc.Status != WCSuccess {
+			qp.fatal(wc.Status)
 			return
 		}
-	}
-	if c.wqe != start {
-		sq.retire(c.wqe)
 	}
 	c.normalize(qp, tail)
 	if qp.req.wqe-c.wqe > 1<<62 { // the requester never lags the completer

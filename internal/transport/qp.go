@@ -366,3 +366,18 @@ func wcOpcodeOf(o WROpcode) WCOpcode {
 func (qp *QP) emit(b []byte) {
 	qp.env.Emit(link.Packet{Buf: b, Peer: qp.path.Peer, SrcPort: qp.path.SrcPort})
 }
+
+// Debug describes the QP's transport state in one line, for diagnosing a
+// stuck QP (call it on the QP's worker).
+func (qp *QP) Debug() string {
+	head, tail := qp.cfg.SQ.bounds()
+	s := fmt.Sprintf("%v req{psn %#x max %#x wqe %d off %d rdat %d rnr %v} comp{psn %#x wqe %d deadline %v retries %d/%d} resp{psn %#x msn %d nak %v q %d recv %v} sq[%d,%d)",
+		qp.state, uint32(qp.req.psn), uint32(qp.req.maxPSN), qp.req.wqe, qp.req.offset, qp.req.rdAtomicOut, !qp.req.rnrUntil.IsZero(),
+		uint32(qp.comp.psn), qp.comp.wqe, !qp.comp.deadline.IsZero(), qp.comp.retries, qp.comp.rnrRetries,
+		uint32(qp.resp.psn), qp.resp.msn, qp.resp.nakSent, len(qp.resp.readQ), qp.resp.haveRecv, head, tail)
+	for i := head; i != tail && i < head+4; i++ {
+		w := qp.cfg.SQ.slot(i)
+		s += fmt.Sprintf(" wqe%d{%v first %#x n %d st %v sent %v ack %v}", i, w.wr.Opcode, uint32(w.firstPSN), w.npkts, w.started, w.sent, w.acked)
+	}
+	return s
+}
