@@ -31,7 +31,10 @@ func needRoot(t *testing.T) {
 // the loopback traffic of two link pairs (IPv4 and IPv6, from the links' own
 // ports and from per-QP ports), and every captured packet must carry a
 // correct ICRC over the real IP header, which for IPv4 means IP ID 0 and DF:
-// the assumption the send side makes (REFERENCE.md §9).
+// the assumption the send side makes (REFERENCE.md §9). IPv4 datagrams must
+// carry UDP checksum 0, as rxe's do, and IPv6 datagrams a checksum (on
+// loopback the kernel leaves it partial, so only its presence is checked);
+// the receiving links read them all, which the test waits for.
 func TestWireHeaders(t *testing.T) {
 	needRoot(t)
 	tcpdump, err := exec.LookPath("tcpdump")
@@ -105,7 +108,7 @@ func TestWireHeaders(t *testing.T) {
 	if len(got) != want {
 		t.Fatalf("captured %d datagrams, want %d", len(got), want)
 	}
-	var v4, qp int
+	var v4, v6NoSum, qp int
 	for _, d := range got {
 		if d.Malformed != nil {
 			t.Errorf("frame %d: %v", d.Frame, d.Malformed)
@@ -116,19 +119,31 @@ func TestWireHeaders(t *testing.T) {
 			t.Errorf("frame %d (%v:%d → %v:%d): ICRC %08x, computed from the captured headers %08x (%v)",
 				d.Frame, d.Src, d.SrcPort, d.Dst, d.DstPort, stored, computed, err)
 		}
+		sum := binary.BigEndian.Uint16(d.IP[d.IPHeaderLen+6:])
 		if !d.IPv6 {
 			v4++
 			id, flags := binary.BigEndian.Uint16(d.IP[4:]), binary.BigEndian.Uint16(d.IP[6:])
 			if id != 0 || flags != wire.DF {
 				t.Errorf("frame %d: IP ID %d, flags/fragment %#04x; want ID 0, DF only", d.Frame, id, flags)
 			}
+			if sum != 0 {
+				t.Errorf("frame %d (%v:%d → %v:%d): UDP checksum %#04x; want 0 on IPv4, as rxe sends (SO_NO_CHECK)",
+					d.Frame, d.Src, d.SrcPort, d.Dst, d.DstPort, sum)
+			}
+		} else if sum == 0 {
+			v6NoSum++
 		}
 		if d.SrcPort != ports[1] && d.SrcPort != ports[2] {
 			continue
 		}
 		qp++
 	}
-	t.Logf("%d datagrams (%d IPv4 with ID 0 and DF, %d from per-QP ports): every ICRC matches the IP header on the wire", len(got), v4, qp)
+	// On loopback an IPv6 checksum is left partial: the pseudo-header sum,
+	// which may itself be 0 for one datagram in 65536, but not for all.
+	if v6 := len(got) - v4; v6NoSum == v6 {
+		t.Errorf("all %d IPv6 datagrams carry UDP checksum 0, where it is mandatory", v6)
+	}
+	t.Logf("%d datagrams (%d IPv4 with ID 0, DF and UDP checksum 0, %d from per-QP ports): every ICRC matches the IP header on the wire", len(got), v4, qp)
 }
 
 // readPcap returns the datagrams in a capture file tcpdump may still be
@@ -201,5 +216,41 @@ func TestUDPRecoversIPv4ID(t *testing.T) {
 	}
 	if s := l.Stats(); s.ICRCErrors != 1 || s.RcvdPackets != 1 {
 		t.Errorf("stats %+v, want 1 ICRC error, 1 received", s)
+	}
+}
+
+// TestUDPAcceptsIPv6ZeroChecksum sends, through a raw socket, what rxe sends
+// over IPv6: a datagram with UDP checksum 0 (rxe's prepare_udp_hdr zeroes it
+// for both families, and its own socket accepts such datagrams). The link
+// must read it, relying on the ICRC, which masks the checksum.
+func TestUDPAcceptsIPv6ZeroChecksum(t *testing.T) {
+	needRoot(t)
+	checkNoLeaks(t)
+	l, err := ListenUDP(UDPConfig{Addr: freePort(t, "::1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW, unix.IPPROTO_UDP)
+	if err != nil {
+		t.Skipf("raw socket: %v", err)
+	}
+	defer unix.Close(fd)
+
+	src := netip.AddrPortFrom(netip.IPv6Loopback(), 50001)
+	pkt := buildPacket(make([]byte, MaxPacket), 0x11, 7, 200, 9)
+	f := sendFields(src, l.LocalAddr())
+	putICRC(pkt, &f)
+	b := make([]byte, 8+len(pkt))
+	binary.BigEndian.PutUint16(b[0:], src.Port())
+	binary.BigEndian.PutUint16(b[2:], l.LocalAddr().Port())
+	binary.BigEndian.PutUint16(b[4:], uint16(len(b))) // checksum b[6:8] stays 0
+	copy(b[8:], pkt)
+	if err := unix.Sendto(fd, b, 0, &unix.SockaddrInet6{Addr: l.LocalAddr().Addr().As16()}); err != nil {
+		t.Fatal(err)
+	}
+	got := readN(t, l, 1)
+	if string(got[0].Buf) != string(pkt) || got[0].Peer != src {
+		t.Errorf("got %d bytes from %v, want the packet from %v", len(got[0].Buf), got[0].Peer, src)
 	}
 }

@@ -33,6 +33,15 @@ func (o sockOpts) apply(fd int) error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
 			return fmt.Errorf("IP_MTU_DISCOVER: %w", err)
 		}
+		// UDP checksum 0 on IPv4, as rxe sends (RFC 768 allows it; the
+		// ICRC protects the packet, and masks the checksum field). A
+		// payload corrupted after a checksum was computed then reaches
+		// the ICRC check and is counted there, instead of being dropped
+		// by the receiving kernel. IPv6 keeps its checksum, which is
+		// mandatory (RFC 8200 §8.1).
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
+			return fmt.Errorf("SO_NO_CHECK: %w", err)
+		}
 	}
 	if o.rbuf > 0 {
 		if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.rbuf); err != nil {
@@ -52,6 +61,14 @@ func (o sockOpts) apply(fd int) error {
 		}
 		if err := unix.SetsockoptInt(fd, lvl, opt, 1); err != nil {
 			return fmt.Errorf("IP_RECVTOS/IPV6_RECVTCLASS: %w", err)
+		}
+	}
+	if o.is6 && !o.sendOnly {
+		// rxe sends IPv6 with UDP checksum 0 too (its tunnel socket
+		// accepts that, RFC 6936); without this the kernel drops those
+		// datagrams as checksum errors. The ICRC still checks them.
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1); err != nil {
+			return fmt.Errorf("UDP_NO_CHECK6_RX: %w", err)
 		}
 	}
 	if o.sendOnly {

@@ -59,6 +59,11 @@ const maxPortSockets = 1024
 // an unconnected socket with DF set (REFERENCE.md §9, checked on the wire by
 // TestWireHeaders).
 //
+// UDP checksums are rxe's: IPv4 datagrams leave with checksum 0
+// (SO_NO_CHECK), IPv6 datagrams with a checksum, and IPv6 datagrams that
+// arrive with checksum 0, as rxe sends them, are accepted
+// (UDP_NO_CHECK6_RX); the ICRC, which masks the checksum, checks them all.
+//
 // Per-QP source ports: a packet whose SrcPort is neither 0 nor the link's
 // port leaves from a send-only socket bound to (local IP, SrcPort), opened
 // on first use with SO_REUSEADDR and SO_REUSEPORT and kept until Close.

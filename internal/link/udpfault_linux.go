@@ -120,11 +120,22 @@ func (u *UDP) flushHeld() time.Time {
 	u.writeMu.Lock()
 	defer u.writeMu.Unlock()
 	out, next := u.fault.due(u.fout[:0])
-	k, err := u.sendOut(out)
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	// A packet the socket refuses (a firewall's EPERM, say) is lost alone,
+	// as on the path without faults; the rest of the batch still goes.
+	for rest := out; len(rest) > 0; {
+		k, err := u.sendOut(rest)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, net.ErrClosed) {
+			u.fault.recycle(rest, k) // closing: the rest is discarded and counted
+			u.fout = out[:0]
+			return next
+		}
 		u.stats.sendErrors.Add(1)
+		rest = rest[min(k+1, len(rest)):]
 	}
-	u.fault.recycle(out, k)
+	u.fault.recycle(out, len(out))
 	u.fout = out[:0]
 	return next
 }
