@@ -19,9 +19,28 @@ func TestCounters(t *testing.T) {
 	}
 	_, err = b.qp.PostRecv([]RecvWR{{WRID: 1, SGL: []SGE{b.mr.SGE(0, 8192)}}})
 	must(t, err)
-	wait(t, a.cq, 1)
+	for deadline := time.Now().Add(10 * time.Second); a.cq.Len() == 0; time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			var sa, sb string
+			a.qp.w.call(func() { sa = a.qp.t.Debug() })
+			b.qp.w.call(func() { sb = b.qp.t.Debug() })
+			t.Fatalf("the SEND never completed:\n a %s\n b %s\n a timer in %v", sa, sb, a.qp.t.Deadline())
+		}
+	}
+	if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+		t.Fatalf("SEND after RNR waits: %+v", wc)
+	}
 	wait(t, b.cq, 1)
+	// Retried packets may still be in flight: wait for the two sides'
+	// counts to agree.
 	ca, cb := a.dev.Counters(), b.dev.Counters()
+	for deadline := time.Now().Add(5 * time.Second); ca["sent_pkts"] != cb["rcvd_pkts"] || cb["sent_pkts"] != ca["rcvd_pkts"]; {
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+		ca, cb = a.dev.Counters(), b.dev.Counters()
+	}
 	check := func(name string, got uint64, ok bool) {
 		t.Helper()
 		if !ok {

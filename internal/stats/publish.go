@@ -57,7 +57,9 @@ func Publish(name string) (*Published, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, fileName(name))
+	// The pid keeps apart devices of one address in different network
+	// namespaces, which share the run directory.
+	path := filepath.Join(dir, fileName(name+"."+strconv.Itoa(os.Getpid())))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
