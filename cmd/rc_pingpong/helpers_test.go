@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -103,4 +104,28 @@ func freePort(t *testing.T) uint16 {
 	}
 	defer ln.Close()
 	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// parseCounters finds the line GOROCE_PRINT_COUNTERS=1 prints in stderr
+// and returns its counters.
+func parseCounters(t *testing.T, who, stderr string) map[string]uint64 {
+	t.Helper()
+	for line := range strings.Lines(stderr) {
+		rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "counters: ")
+		if !ok {
+			continue
+		}
+		c := map[string]uint64{}
+		for _, f := range strings.Fields(rest) {
+			name, v, ok := strings.Cut(f, "=")
+			n, err := strconv.ParseUint(v, 10, 64)
+			if !ok || err != nil {
+				t.Fatalf("%s: counters line %q: bad field %q", who, line, f)
+			}
+			c[name] = n
+		}
+		return c
+	}
+	t.Fatalf("%s printed no counters line: %q", who, stderr)
+	return nil
 }

@@ -20,15 +20,38 @@
 // message and exit status 1. A peer that goes silent for --timeout (5s by
 // default) during the exchange or the ping-pong ends the run with an error;
 // a server waits for its client without limit.
+//
+// Unlike rdma-core's tool, a successful run does not close its QP at once:
+// it keeps answering until the peer has been silent for 150 ms (at most
+// 2 s). The last packet each side gets is a SEND whose ACK may be lost;
+// the peer then retransmits the SEND, and a QP that is already gone would
+// leave it to fail with RETRY_EXC_ERR.
+//
+// Two options are goroce's own: --timeout, and --fault=SPEC, which makes
+// this process's device drop, duplicate, reorder, delay, corrupt or
+// CE-mark the packets it sends (verbs.Config.Fault; the grammar is in
+// docs/FAULT.md), to see how an application copes with a bad network:
+//
+//	rc_pingpong -d 127.0.0.2 -c -s 1048576 --fault 'reorder=25%,dup=1%,delay=1ms,seed=7' 127.0.0.1
+//
+// With GOROCE_PRINT_COUNTERS=1 in the environment, rc_pingpong prints its
+// device's counters (verbs.Device.Counters) on stderr as it exits, on
+// success or failure, in one line: "counters: name=value ...", sorted by
+// name.
 package main
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/goroce/goroce/verbs"
 )
 
 func main() {
@@ -47,7 +70,8 @@ func run(ctx context.Context, argv0 string, args []string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
 		return 1
 	}
-	if err := pingpongMain(ctx, &o, stdout); err != nil {
+	o.printCounters = os.Getenv("GOROCE_PRINT_COUNTERS") == "1"
+	if err := pingpongMain(ctx, &o, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
 		return 1
 	}
@@ -55,13 +79,16 @@ func run(ctx context.Context, argv0 string, args []string, stdout, stderr io.Wri
 }
 
 // pingpongMain runs one side of the test and prints what rc_pingpong
-// prints.
-func pingpongMain(ctx context.Context, o *options, stdout io.Writer) error {
+// prints, and with o.printCounters the device's counters on stderr.
+func pingpongMain(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	p, err := newPingpong(o)
 	if err != nil {
 		return err
 	}
 	defer p.close()
+	if o.printCounters {
+		defer printCounters(stderr, p.dev) // before close, which runs later
+	}
 	if p.routs = p.postRecv(p.rxDepth); p.routs < p.rxDepth {
 		return fmt.Errorf("posted only %d of %d receives", p.routs, p.rxDepth)
 	}
@@ -113,7 +140,21 @@ func pingpongMain(ctx context.Context, o *options, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprint(stdout, report(time.Since(start), o.size, o.iters))
+	p.linger(ctx, lingerQuiet, lingerMax)
 	return nil
+}
+
+// printCounters writes the device's counters in one line, sorted by
+// name.
+func printCounters(w io.Writer, dev *verbs.Device) {
+	c := dev.Counters()
+	var b strings.Builder
+	b.WriteString("counters:")
+	for _, name := range slices.Sorted(maps.Keys(c)) {
+		fmt.Fprintf(&b, " %s=%d", name, c[name])
+	}
+	b.WriteByte('\n')
+	io.WriteString(w, b.String())
 }
 
 // report formats rc_pingpong's two result lines. rc_pingpong takes the

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -33,7 +34,12 @@ type options struct {
 	newSend  bool       // -N
 	ccUnprot bool       // -U
 	timeout  time.Duration
+	fault    string // --fault: verbs.Config.Fault, checked by link.ParseFault
 	server   string // the positional host: set on the client, empty on the server
+
+	// printCounters, from GOROCE_PRINT_COUNTERS=1 in the environment,
+	// prints the device's counters on stderr at exit.
+	printCounters bool
 }
 
 func defaultOptions() options {
@@ -58,13 +64,14 @@ type optSpec struct {
 }
 
 // The options of rc_pingpong.c (optstring "p:d:i:s:m:r:n:l:eg:oOPtcjNU"),
-// plus goroce's long-only --timeout.
+// plus goroce's long-only --timeout and --fault.
 var optSpecs = []optSpec{
 	{'p', "port", true}, {'d', "ib-dev", true}, {'i', "ib-port", true}, {'s', "size", true},
 	{'m', "mtu", true}, {'r', "rx-depth", true}, {'n', "iters", true}, {'l', "sl", true},
 	{'e', "events", false}, {'g', "gid-idx", true}, {'o', "odp", false}, {'O', "iodp", false},
 	{'P', "prefetch", false}, {'t', "ts", false}, {'c', "chk", false}, {'j', "dm", false},
 	{'N', "new_send", false}, {'U', "allow-cc-unprotected", false}, {0, "timeout", true},
+	{0, "fault", true},
 }
 
 // errUsage means an option's argument was wrong; the caller prints the
@@ -254,6 +261,13 @@ func (o *options) set(x opt) error {
 		if err != nil || o.timeout <= 0 {
 			err = fmt.Errorf("%w: %s %q: want a positive duration such as 5s or 500ms", errUsage, x.name, x.arg)
 		}
+	case "fault":
+		// Checked here so that a typo fails before a server waits for
+		// its client; the device parses it again.
+		if _, err = link.ParseFault(x.arg); err != nil {
+			err = fmt.Errorf("%w: %s: %w", errUsage, x.name, err)
+		}
+		o.fault = x.arg
 	}
 	return err
 }
@@ -324,5 +338,12 @@ Options:
       --timeout=<dur>     fail when the peer is silent this long during the
                           exchange or the ping-pong (default 5s); the server
                           waits for its client without limit
+      --fault=<spec>      inject faults into this process's packets: see
+                          docs/FAULT.md, e.g.
+                          'reorder=25%%,dup=1%%,delay=1ms,seed=7'
+
+Environment:
+  GOROCE_PRINT_COUNTERS=1  print the device's counters on stderr at exit,
+                           in one line: "counters: name=value ..."
 `, argv0)
 }

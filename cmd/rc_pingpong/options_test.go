@@ -38,6 +38,9 @@ func TestParseOptions(t *testing.T) {
 		{"timeout", []string{"--timeout=250ms"}, func(o *options) { o.timeout = 250 * time.Millisecond }},
 		{"timeout seconds", []string{"--timeout", "1.5"}, func(o *options) { o.timeout = 1500 * time.Millisecond }},
 		{"iodp", []string{"-O"}, func(o *options) { o.odp, o.iodp = true, true }},
+		{"fault", []string{"--fault", "reorder=25%,dup=1%,delay=1ms,seed=7"}, func(o *options) { o.fault = "reorder=25%,dup=1%,delay=1ms,seed=7" }},
+		{"fault abbreviated", []string{"--fa=rule=drop:ack:once"}, func(o *options) { o.fault = "rule=drop:ack:once" }},
+		{"fault empty", []string{"--fault="}, func(o *options) {}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := def
@@ -72,6 +75,9 @@ func TestParseOptionsErrors(t *testing.T) {
 		{[]string{"-d", "mlx5_0"}, "goroce names a device by the IP address it binds"},
 		{[]string{"a", "b"}, "more than one host"},
 		{[]string{"--timeout=0"}, "want a positive duration"},
+		{[]string{"--fault=drop=200%"}, `--fault: link: bad fault configuration: "drop=200%": probability outside 0..100%`},
+		{[]string{"--fault", "reorder=25%,bogus=1"}, `unknown key "bogus"`},
+		{[]string{"--fault"}, "option '--fault' requires an argument"},
 	} {
 		_, err := parseOptions(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -57,7 +57,7 @@ type pingpong struct {
 // newPingpong opens the device and creates the PD, MR, CQ and QP, and
 // moves the QP to INIT (pp_init_ctx).
 func newPingpong(o *options) (p *pingpong, err error) {
-	dev, err := verbs.Open(verbs.Config{Addr: o.dev})
+	dev, err := verbs.Open(verbs.Config{Addr: o.dev, Fault: o.fault})
 	if err != nil {
 		return nil, fmt.Errorf("open device %v: %w", o.dev, err)
 	}
@@ -300,6 +300,39 @@ func (p *pingpong) waitEvent(ctx context.Context) error {
 			return p.timedOut()
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// lingerQuiet is how long the peer must be silent before a finished run
+// closes its QP: twice the retransmission timeout connect sets (4.096 µs ×
+// 2^14 = 67 ms), plus room for a fault delay. lingerMax bounds the wait.
+const (
+	lingerQuiet = 150 * time.Millisecond
+	lingerMax   = 2 * time.Second
+)
+
+// linger keeps the QP open after the last completion until no packet has
+// arrived for quiet, or for at most limit. The ACK of the last SEND each side
+// received may be lost (or, with --fault, still held by the fault stage,
+// which discards what it holds when the device closes); the peer's
+// requester then retransmits that SEND after its timeout, and this side's
+// responder must still be there to ACK the duplicate (IBA 9.7.5.1.6).
+func (p *pingpong) linger(ctx context.Context, quiet, limit time.Duration) {
+	tick := time.NewTicker(quiet / 10)
+	defer tick.Stop()
+	end := time.After(limit)
+	last, since := p.dev.Counters()["rcvd_pkts"], time.Now()
+	for time.Since(since) < quiet {
+		select {
+		case <-tick.C:
+		case <-end:
+			return
+		case <-ctx.Done():
+			return
+		}
+		if n := p.dev.Counters()["rcvd_pkts"]; n != last {
+			last, since = n, time.Now()
 		}
 	}
 }

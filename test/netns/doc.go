@@ -1,0 +1,37 @@
+// Package netns runs goroce's rc_pingpong between two network namespaces
+// joined by a veth pair, on a real (if virtual) network: the kernel's
+// routing, its UDP sockets, nftables rules that drop, corrupt and ECN-mark
+// packets on the way out, and process death.
+//
+// The package has no code of its own; its tests do the work. They need
+// root (to create namespaces), and the ip (iproute2) and nft (nftables)
+// commands; without them they skip and say why. CI runs them as root with
+// both installed (.ci/run). To run them alone:
+//
+//	sudo go test -v ./test/netns
+//
+// Each test builds cmd/rc_pingpong into a temporary directory and creates
+// its own pair of namespaces, goroce-t<pid>-<n>-a and -b, holding the two
+// ends of a veth pair, 198.18.10.1/24 in a and 198.18.10.2/24 in b (from
+// 198.18.0.0/15, the range reserved for benchmarking, RFC 2544); the veth
+// is created inside the namespaces, so nothing touches the host's own
+// network. The server runs in a, the client in b, each under
+// "ip netns exec". A test deletes the namespaces it made when it ends,
+// pass or fail; a test binary killed before its cleanup can leave some
+// behind (ip netns list | grep goroce-t; ip netns del NAME).
+//
+// The tests:
+//
+//   - TestPingpong: rc_pingpong -c with 1 MiB messages at veth MTU 9000
+//     (active MTU 4096) and 1500 (active MTU 1024, which the device
+//     enforces on the path MTU).
+//   - TestPingpongFaults: the same through nftables rules in both
+//     namespaces' output chains (2% dropped, 0.5% with a payload byte
+//     overwritten, 10% CE-marked) and the client's own
+//     --fault 'reorder=25%,dup=1%,delay=1ms,seed=7'. The run must succeed;
+//     the nft counters must show that each rule fired, and the receivers'
+//     icrc_errors (printed with GOROCE_PRINT_COUNTERS=1) that the ICRC
+//     caught the corrupted packets, which go out with UDP checksum 0.
+//   - TestPeerKilled: kill -9 of the server mid-transfer; the client must
+//     fail within a few seconds, naming the failure.
+package netns

@@ -1,0 +1,233 @@
+package netns_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The rc_pingpong binary, built once for the whole package into binDir,
+// which TestMain removes.
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// rcPingpong returns the path of a freshly built cmd/rc_pingpong.
+func rcPingpong(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			buildErr = fmt.Errorf("no go command to build rc_pingpong: %w", err)
+			return
+		}
+		if binDir, buildErr = os.MkdirTemp("", "goroce-netns-"); buildErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		binPath = filepath.Join(binDir, "rc_pingpong")
+		out, err := exec.CommandContext(ctx, gobin, "build", "-o", binPath, "github.com/goroce/goroce/cmd/rc_pingpong").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build rc_pingpong: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// output collects what a process writes; ready is closed at the end of the
+// first line.
+type output struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	ready chan struct{}
+}
+
+func newOutput() *output { return &output{ready: make(chan struct{})} }
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	had := bytes.IndexByte(o.buf.Bytes(), '\n') >= 0
+	o.buf.Write(p)
+	if !had && bytes.IndexByte(p, '\n') >= 0 {
+		close(o.ready)
+	}
+	return len(p), nil
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// proc is one rc_pingpong running in a namespace.
+type proc struct {
+	name           string
+	cmd            *exec.Cmd
+	stdout, stderr *output
+	done           chan struct{} // closed when it has exited; then err and exited are set
+	err            error
+	exited         time.Time
+}
+
+// start runs rc_pingpong with args in namespace ns, with its counters
+// printed at exit (GOROCE_PRINT_COUNTERS=1) and its counters file in a
+// directory of the test's (GOROCE_RUN_DIR), so that a killed process
+// leaves nothing behind. ip netns exec execs the program, so the process
+// is rc_pingpong itself: killing it kills the tool. The process is killed
+// when ctx ends and, at the latest, when the test ends.
+func start(t *testing.T, ctx context.Context, tp *topology, name, ns, runDir string, args ...string) *proc {
+	t.Helper()
+	argv := tp.inNS(ns, append([]string{rcPingpong(t)}, args...)...)
+	p := &proc{name: name, stdout: newOutput(), stderr: newOutput(), done: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	p.cmd.Env = append(os.Environ(), "GOROCE_PRINT_COUNTERS=1", "GOROCE_RUN_DIR="+runDir)
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.cmd.WaitDelay = 5 * time.Second
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.err, p.exited = err, time.Now()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill() // an error only says it is gone already
+		<-p.done
+	})
+	return p
+}
+
+// waitReady waits for the first line of output: a server prints it once it
+// listens.
+func (p *proc) waitReady(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case <-p.stdout.ready:
+	case <-p.done:
+		t.Fatalf("%s exited before printing anything: %v\n%s%s", p.name, p.err, p.stdout, p.stderr)
+	case <-time.After(within):
+		t.Fatalf("%s printed nothing in %v", p.name, within)
+	}
+}
+
+// wait waits for the process to exit and returns its exit status.
+func (p *proc) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		t.Fatalf("%s still running after %v\nstdout:\n%s\nstderr:\n%s", p.name, within, p.stdout, p.stderr)
+	}
+	return p.code()
+}
+
+// code is the exit status; -1 for a process a signal ended.
+func (p *proc) code() int {
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// kill sends SIGKILL.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s: %v", p.name, err)
+	}
+}
+
+// report is what rc_pingpong prints after a successful run.
+type report struct {
+	bytes   int64
+	iters   int
+	seconds float64
+	mbits   float64
+	usec    float64
+}
+
+// parseRun checks a successful run's output: the two address lines (the
+// local GID must be the IPv4-mapped local address, the remote the peer's)
+// and the two result lines. It returns the results.
+func parseRun(t *testing.T, p *proc, local, remote string) report {
+	t.Helper()
+	out := p.stdout.String()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%s printed %d lines, want 4:\n%s", p.name, len(lines), out)
+	}
+	for i, want := range []string{"  local address:  ", "  remote address: "} {
+		gid := "GID ::ffff:" + []string{local, remote}[i]
+		if !strings.HasPrefix(lines[i], want) || !strings.HasSuffix(lines[i], gid) {
+			t.Errorf("%s line %d = %q, want %q…%q", p.name, i+1, lines[i], want, gid)
+		}
+	}
+	var r report
+	var secs float64
+	if _, err := fmt.Sscanf(lines[2], "%d bytes in %f seconds = %f Mbit/sec", &r.bytes, &r.seconds, &r.mbits); err != nil {
+		t.Fatalf("%s line 3 = %q: %v", p.name, lines[2], err)
+	}
+	if _, err := fmt.Sscanf(lines[3], "%d iters in %f seconds = %f usec/iter", &r.iters, &secs, &r.usec); err != nil {
+		t.Fatalf("%s line 4 = %q: %v", p.name, lines[3], err)
+	}
+	return r
+}
+
+// counters parses the line GOROCE_PRINT_COUNTERS=1 makes rc_pingpong
+// print on stderr at exit: "counters: name=value ...". It returns the
+// counters and the rest of stderr.
+func counters(t *testing.T, p *proc) (map[string]uint64, string) {
+	t.Helper()
+	var rest strings.Builder
+	var c map[string]uint64
+	for line := range strings.Lines(p.stderr.String()) {
+		fields, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "counters: ")
+		if !ok || c != nil {
+			rest.WriteString(line)
+			continue
+		}
+		c = map[string]uint64{}
+		for _, f := range strings.Fields(fields) {
+			name, v, ok := strings.Cut(f, "=")
+			n, err := strconv.ParseUint(v, 10, 64)
+			if !ok || err != nil {
+				t.Fatalf("%s: counters line %q: bad field %q", p.name, line, f)
+			}
+			c[name] = n
+		}
+	}
+	if c == nil {
+		t.Fatalf("%s printed no counters line; stderr:\n%s", p.name, p.stderr)
+	}
+	return c, rest.String()
+}

@@ -1,0 +1,205 @@
+package netns_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The two ends of the veth pair.
+const (
+	addrA = "198.18.10.1"
+	addrB = "198.18.10.2"
+)
+
+// tool finds a command on PATH or in /usr/sbin and /sbin, where ip and nft
+// live but which a user's PATH may lack.
+func tool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		p := dir + "/" + name
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found on PATH, in /usr/sbin or /sbin", name)
+}
+
+// requireTools skips the test unless it runs as root with ip and nft, and
+// returns their paths.
+func requireTools(t *testing.T) (ip, nft string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces: run sudo go test -v ./test/netns")
+	}
+	ip, err := tool("ip")
+	if err != nil {
+		t.Skipf("needs iproute2 (apt-get install iproute2): %v", err)
+	}
+	nft, err = tool("nft")
+	if err != nil {
+		t.Skipf("needs nftables (apt-get install nftables): %v", err)
+	}
+	return ip, nft
+}
+
+// command runs a short administrative command and returns its output,
+// failing the test if it fails.
+func command(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := tryCommand(name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// tryCommand runs a command with a timeout; its error includes the output.
+func tryCommand(name string, args ...string) (string, error) {
+	return tryCommandIn(name, "", args...)
+}
+
+// tryCommandIn is tryCommand with stdin.
+func tryCommandIn(name, stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// topology is two network namespaces joined by a veth pair: addrA in a,
+// addrB in b.
+type topology struct {
+	ip, nft string // the tools' paths
+	a, b    string // namespace names
+}
+
+// topologies numbers the topologies of this test process.
+var topologies atomic.Int32
+
+// newTopology creates the namespaces and the veth pair, with the given MTU
+// on both ends, and deletes them when the test ends. The names carry the
+// process ID, so that concurrent test processes do not collide; cleanup
+// deletes exactly the two namespaces it created, which takes the veth
+// pair with them.
+func newTopology(t *testing.T, mtu int) *topology {
+	t.Helper()
+	ip, nft := requireTools(t)
+	n, pid := topologies.Add(1), os.Getpid()
+	tp := &topology{ip: ip, nft: nft,
+		a: fmt.Sprintf("goroce-t%d-%d-a", pid, n), b: fmt.Sprintf("goroce-t%d-%d-b", pid, n)}
+	for i, ns := range []string{tp.a, tp.b} {
+		if out, err := tryCommand(ip, "netns", "add", ns); err != nil {
+			if i == 0 && (strings.Contains(out, "ermission") || strings.Contains(out, "not permitted")) {
+				t.Skipf("cannot create a network namespace (a container without CAP_SYS_ADMIN?): %v", err)
+			}
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if _, err := tryCommand(ip, "netns", "del", ns); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		})
+	}
+	// Interface names have at most 15 bytes: "gr" + pid (≤ 7 digits) +
+	// "-" + n + "a".
+	va, vb := fmt.Sprintf("gr%d-%da", pid, n), fmt.Sprintf("gr%d-%db", pid, n)
+	command(t, ip, "link", "add", va, "netns", tp.a, "type", "veth", "peer", "name", vb, "netns", tp.b)
+	for _, end := range []struct{ ns, dev, addr string }{{tp.a, va, addrA}, {tp.b, vb, addrB}} {
+		command(t, ip, "-n", end.ns, "addr", "add", end.addr+"/24", "dev", end.dev)
+		// No IPv6 link-local address: the veth carries only the test's
+		// IPv4 traffic.
+		command(t, ip, "-n", end.ns, "link", "set", "dev", end.dev, "addrgenmode", "none")
+		command(t, ip, "-n", end.ns, "link", "set", "dev", end.dev, "mtu", strconv.Itoa(mtu), "up")
+		command(t, ip, "-n", end.ns, "link", "set", "dev", "lo", "up")
+	}
+	return tp
+}
+
+// inNS returns the command line that runs argv in namespace ns.
+func (tp *topology) inNS(ns string, argv ...string) []string {
+	return append([]string{tp.ip, "netns", "exec", ns}, argv...)
+}
+
+// nftRules are the rules TestPingpongFaults loads into both namespaces,
+// for every RoCEv2 packet leaving them. Each has a counter and a comment
+// to find it by. The first two only count: all RoCEv2 packets, and those
+// with a UDP checksum (goroce sends IPv4 with none, as rxe does). Then 2%
+// are dropped; 0.5% of the rest have byte 12 of the UDP payload, the first
+// after the BTH, overwritten with 0x55 (a raw @th write: nft does not
+// update the UDP checksum for it, so only the ICRC can tell); 10% are
+// marked ECN CE, whose IP checksum nft does update. Each numgen draws anew.
+const nftRules = `table inet goroce {
+	chain output {
+		type filter hook output priority filter; policy accept;
+		udp dport 4791 counter comment "all"
+		udp dport 4791 udp checksum != 0 counter comment "checksummed"
+		udp dport 4791 numgen random mod 100 < 2 counter drop comment "drop"
+		udp dport 4791 numgen random mod 1000 < 5 counter @th,160,8 set 0x55 comment "corrupt"
+		udp dport 4791 numgen random mod 100 < 10 counter ip ecn set ce comment "ce"
+	}
+}
+`
+
+// addRules loads nftRules into namespace ns.
+func (tp *topology) addRules(t *testing.T, ns string) {
+	t.Helper()
+	argv := tp.inNS(ns, tp.nft, "-f", "-")
+	if _, err := tryCommandIn(argv[0], nftRules, argv[1:]...); err != nil {
+		t.Fatalf("load nftables rules in %s: %v", ns, err)
+	}
+}
+
+var nftCounter = regexp.MustCompile(`counter packets (\d+) bytes \d+ .*comment "(\w+)"`)
+
+// nftCounters returns the packet counts of the rules in namespace ns, by
+// comment.
+func (tp *topology) nftCounters(t *testing.T, ns string) map[string]uint64 {
+	t.Helper()
+	argv := tp.inNS(ns, tp.nft, "list", "table", "inet", "goroce")
+	out := command(t, argv[0], argv[1:]...)
+	c := map[string]uint64{}
+	for _, m := range nftCounter.FindAllStringSubmatch(out, -1) {
+		c[m[2]], _ = strconv.ParseUint(m[1], 10, 64)
+	}
+	if len(c) != 5 {
+		t.Fatalf("nft counters in %s: found %v in\n%s", ns, c, out)
+	}
+	return c
+}
+
+// udpStats returns the kernel's UDP counters (the Udp: lines of
+// /proc/net/snmp) in namespace ns, by name.
+func (tp *topology) udpStats(t *testing.T, ns string) map[string]uint64 {
+	t.Helper()
+	argv := tp.inNS(ns, "cat", "/proc/net/snmp")
+	var names, values []string
+	for line := range strings.Lines(command(t, argv[0], argv[1:]...)) {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "Udp:" {
+			if names == nil {
+				names = f[1:]
+			} else {
+				values = f[1:]
+			}
+		}
+	}
+	s := map[string]uint64{}
+	for i := range min(len(names), len(values)) {
+		s[names[i]], _ = strconv.ParseUint(values[i], 10, 64)
+	}
+	return s
+}
