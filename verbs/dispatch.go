@@ -152,7 +152,8 @@ type worker struct {
 
 	// Owned by the worker goroutine.
 	qps   map[uint32]*QP
-	dirty []*QP
+	dirty []*QP // QPs to run Progress on, each once (QP.dirty)
+	spare []*QP // the other dirty list, reused
 	tx    []link.Packet
 	pkt   wire.Packet
 }
@@ -218,34 +219,38 @@ func (w *worker) handle(ev event) {
 	}
 }
 
+// markDirty queues qp for Progress, once.
 func (w *worker) markDirty(qp *QP) {
-	for _, d := range w.dirty {
-		if d == qp {
-			return
-		}
+	if !qp.dirty {
+		qp.dirty = true
+		w.dirty = append(w.dirty, qp)
 	}
-	w.dirty = append(w.dirty, qp)
 }
 
 // progress runs the dirty QPs until they have nothing more to send now.
+// A QP that still has work after its turn goes to the back of the line,
+// so one busy QP does not hold up the others.
 func (w *worker) progress() {
 	for len(w.dirty) > 0 {
-		qp := w.dirty[0]
-		// A fresh time for each step: writing can block on a full link, and
-		// timers armed with a stale time would expire early.
-		qp.t.Progress(time.Now())
-		n := copy(w.dirty, w.dirty[1:])
-		w.dirty = w.dirty[:n]
-		if qp.t.Busy() {
-			w.flush()
-			// Let other QPs and queued events in before continuing.
-			w.dirty = append(w.dirty, qp)
-			select {
-			case ev := <-w.ch:
-				w.handle(ev)
-			default:
+		list := w.dirty
+		w.dirty = w.spare[:0]
+		for _, qp := range list {
+			qp.dirty = false
+			// A fresh time for each step: writing can block on a full link,
+			// and timers armed with a stale time would expire early.
+			qp.t.Progress(time.Now())
+			if qp.t.Busy() {
+				w.flush()
+				w.markDirty(qp)
+				select { // let queued events in before continuing
+				case ev := <-w.ch:
+					w.handle(ev)
+				default:
+				}
 			}
 		}
+		clear(list)
+		w.spare = list[:0]
 	}
 }
 
@@ -333,10 +338,13 @@ func (w *worker) call(fn func()) {
 // forget drops a destroyed QP from the worker.
 func (w *worker) forget(qp *QP) {
 	delete(w.qps, qp.qpn)
-	for i, d := range w.dirty {
-		if d == qp {
-			w.dirty = append(w.dirty[:i], w.dirty[i+1:]...)
-			break
+	if qp.dirty {
+		qp.dirty = false
+		for i, d := range w.dirty {
+			if d == qp {
+				w.dirty = append(w.dirty[:i], w.dirty[i+1:]...)
+				break
+			}
 		}
 	}
 }

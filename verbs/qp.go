@@ -77,6 +77,7 @@ type QP struct {
 	t      *transport.QP // owned by the worker
 	w      *worker
 	kicked atomic.Bool
+	dirty  bool // queued for Progress on its worker; owned by the worker
 
 	mu    sync.Mutex // guards state and attr
 	state QPState

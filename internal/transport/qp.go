@@ -134,9 +134,6 @@ func (qp *QP) RecvQueue() *RecvQueue { return qp.cfg.RQ }
 // State returns the QP's state as the transport sees it.
 func (qp *QP) State() qpstate.State { return qp.state }
 
-// Path returns the connection attributes.
-func (qp *QP) Path() Path { return qp.path }
-
 // SetPath sets the connection attributes. The verbs layer calls it on the
 // transitions that carry them; PSNs take effect at once.
 func (qp *QP) SetPath(p Path) {
@@ -158,11 +155,7 @@ func (qp *QP) SetState(s qpstate.State) {
 	case qpstate.Reset:
 		qp.req, qp.comp = requester{}, completer{}
 		qp.resp.reset()
-		head, tail := qp.cfg.SQ.bounds()
-		_ = tail
-		qp.cfg.SQ.mu.Lock()
-		qp.cfg.SQ.head, qp.cfg.SQ.tail = head, head
-		qp.cfg.SQ.mu.Unlock()
+		qp.cfg.SQ.clear()
 		if !qp.cfg.SRQ {
 			qp.cfg.RQ.drain(func(uint64) {})
 		}
@@ -292,7 +285,7 @@ func (qp *QP) Progress(now time.Time) {
 		qp.flush() // work requests posted in the error state complete at once
 		return
 	}
-	qp.resp.continueReads(qp)
+	qp.sendResponses(false)
 	if qp.canSend() {
 		qp.request(now)
 	}

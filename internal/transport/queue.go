@@ -71,6 +71,13 @@ func (q *SendQueue) retire(head uint64) {
 	q.mu.Unlock()
 }
 
+// clear drops every posted WQE (entering RESET).
+func (q *SendQueue) clear() {
+	q.mu.Lock()
+	q.tail = q.head
+	q.mu.Unlock()
+}
+
 // recvWQE is a posted receive work request.
 type recvWQE struct {
 	wrid uint64

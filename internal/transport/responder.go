@@ -411,9 +411,6 @@ func (qp *QP) responderError(pn psn.PSN, e respError) {
 	qp.fatal(WCRemInvReqErr)
 }
 
-// continueReads is called by Progress: it sends queued responses.
-func (r *responder) continueReads(qp *QP) { qp.sendResponses(false) }
-
 // sendResponses sends queued responses in order, at most readBurst read
 // response packets unless all is set.
 func (qp *QP) sendResponses(all bool) {
