@@ -134,7 +134,7 @@ func (qp *QP) ackThrough(p psn.PSN, now time.Time) {
 			// one, its response was lost (IBA 9.7.5.1.2): acknowledge only
 			// up to the response still expected, so the retransmit timer
 			// stays armed and the request goes again.
-			if exp := w.firstPSN.Add(int(w.placed / uint64(qp.path.MTU))); exp.Before(next) {
+			if exp := w.expectedPSN(qp.path.MTU); exp.Before(next) {
 				next = exp
 			}
 			break
@@ -327,11 +327,9 @@ func (qp *QP) rewind(p psn.PSN) {
 		}
 		// w holds p: resend from there.
 		r.wqe, r.psn = i, p
-		r.offset = uint64(d) * uint64(qp.path.MTU)
+		r.offset = uint64(d) * uint64(qp.path.MTU) // an atomic has one PSN: 0
 		if w.wr.Opcode == WRRDMARead {
-			r.offset = w.placed
-		} else if w.isReadOrAtomic() {
-			r.offset = 0
+			r.offset = w.placed // the request asks for the rest
 		}
 		for j := i; j != tail; j++ {
 			x := qp.cfg.SQ.slot(j)
@@ -351,7 +349,7 @@ func (qp *QP) rewind(p psn.PSN) {
 			continue
 		}
 		if w.started {
-			qp.rewind(w.firstPSN.Add(int(w.placed / uint64(qp.path.MTU))))
+			qp.rewind(w.expectedPSN(qp.path.MTU))
 		}
 		return
 	}
@@ -369,12 +367,7 @@ func (c *completer) normalize(qp *QP, tail uint64) {
 		}
 		return
 	}
-	w := qp.cfg.SQ.slot(c.wqe)
-	exp := w.firstPSN
-	if w.wr.Opcode == WRRDMARead {
-		exp = exp.Add(int(w.placed / uint64(qp.path.MTU)))
-	}
-	if c.psn.Before(exp) {
+	if exp := qp.cfg.SQ.slot(c.wqe).expectedPSN(qp.path.MTU); c.psn.Before(exp) {
 		c.psn = exp
 	}
 }

@@ -29,6 +29,12 @@ type sendWQE struct {
 
 func (w *sendWQE) lastPSN() psn.PSN { return w.firstPSN.Add(w.npkts - 1) }
 
+// expectedPSN is the first PSN of w the completer still waits for: after a
+// READ's placed response packets, otherwise its first PSN.
+func (w *sendWQE) expectedPSN(mtu int) psn.PSN {
+	return w.firstPSN.Add(int(w.placed / uint64(mtu)))
+}
+
 // isReadOrAtomic reports whether the WQE is answered with data (an RDMA READ
 // response or an ATOMIC ACKNOWLEDGE) rather than a plain ACK.
 func (w *sendWQE) isReadOrAtomic() bool {
