@@ -29,10 +29,18 @@ func RecoverIPv4ID(f *IPFields, pkt []byte) (id uint16, ok bool) {
 	g := *f
 	g.ID = 0
 	body := pkt[:len(pkt)-ICRCLen]
-	d := StoredICRC(pkt) ^ g.ICRC(body)
+	return IPv4IDFromDelta(len(body), StoredICRC(pkt)^g.ICRC(body))
+}
+
+// IPv4IDFromDelta is RecoverIPv4ID for a caller that has already computed
+// the ICRC with ID 0: delta is the stored ICRC XOR that value, and bodyLen
+// the length of the packet without its ICRC. A receiver that first tries
+// ID 0 needs only this, not a second CRC over the packet.
+func IPv4IDFromDelta(bodyLen int, delta uint32) (id uint16, ok bool) {
+	d := delta
 	// Bytes of CRC input after the ID field: the rest of the IPv4 header
 	// (14), the UDP header and the packet up to its ICRC.
-	shift := crcShift(IPv4Len - 6 + UDPLen + len(body))
+	shift := crcShift(IPv4Len - 6 + UDPLen + bodyLen)
 	var basis [32]struct {
 		vec  uint32
 		comb uint16
