@@ -6,9 +6,9 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/getopt"
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/verbs"
 )
@@ -56,128 +56,27 @@ func defaultOptions() options {
 	}
 }
 
-// optSpec is one option in getopt_long's terms.
-type optSpec struct {
-	short  byte // 0 for a long-only option
-	long   string
-	hasArg bool
-}
-
 // The options of rc_pingpong.c (optstring "p:d:i:s:m:r:n:l:eg:oOPtcjNU"),
 // plus goroce's long-only --timeout and --fault.
-var optSpecs = []optSpec{
-	{'p', "port", true}, {'d', "ib-dev", true}, {'i', "ib-port", true}, {'s', "size", true},
-	{'m', "mtu", true}, {'r', "rx-depth", true}, {'n', "iters", true}, {'l', "sl", true},
-	{'e', "events", false}, {'g', "gid-idx", true}, {'o', "odp", false}, {'O', "iodp", false},
-	{'P', "prefetch", false}, {'t', "ts", false}, {'c', "chk", false}, {'j', "dm", false},
-	{'N', "new_send", false}, {'U', "allow-cc-unprotected", false}, {0, "timeout", true},
-	{0, "fault", true},
+var optSpecs = []getopt.Spec{
+	getopt.Arg('p', "port"), getopt.Arg('d', "ib-dev"), getopt.Arg('i', "ib-port"), getopt.Arg('s', "size"),
+	getopt.Arg('m', "mtu"), getopt.Arg('r', "rx-depth"), getopt.Arg('n', "iters"), getopt.Arg('l', "sl"),
+	getopt.Flag('e', "events"), getopt.Arg('g', "gid-idx"), getopt.Flag('o', "odp"), getopt.Flag('O', "iodp"),
+	getopt.Flag('P', "prefetch"), getopt.Flag('t', "ts"), getopt.Flag('c', "chk"), getopt.Flag('j', "dm"),
+	getopt.Flag('N', "new_send"), getopt.Flag('U', "allow-cc-unprotected"), getopt.Arg(0, "timeout"),
+	getopt.Arg(0, "fault"),
 }
 
 // errUsage means an option's argument was wrong; the caller prints the
 // usage, as for any other command-line error.
 var errUsage = errors.New("invalid argument")
 
-// opt is one option getopt found, with its argument.
-type opt struct {
-	spec *optSpec
-	name string // as written, for messages: "-s" or "--size"
-	arg  string
-}
-
-// getopt splits args as GNU getopt_long does: short options may be
-// bundled ("-ec", "-s64" or "-s 64"), long options may be abbreviated to a
-// unique prefix and take their argument as "--size=64" or "--size 64",
-// operands may come anywhere, and "--" ends the options.
-func getopt(args []string, specs []optSpec) (opts []opt, operands []string, err error) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			return opts, append(operands, args[i+1:]...), nil
-		case strings.HasPrefix(a, "--"):
-			name, val, hasVal := strings.Cut(a[2:], "=")
-			s, err := lookupLong(specs, name)
-			if err != nil {
-				return nil, nil, err
-			}
-			o := opt{spec: s, name: "--" + s.long}
-			switch {
-			case s.hasArg && hasVal:
-				o.arg = val
-			case s.hasArg:
-				if i+1 == len(args) {
-					return nil, nil, fmt.Errorf("option '--%s' requires an argument", s.long)
-				}
-				i++
-				o.arg = args[i]
-			case hasVal:
-				return nil, nil, fmt.Errorf("option '--%s' doesn't allow an argument", s.long)
-			}
-			opts = append(opts, o)
-		case len(a) > 1 && a[0] == '-':
-			for j := 1; j < len(a); j++ {
-				s := lookupShort(specs, a[j])
-				if s == nil {
-					return nil, nil, fmt.Errorf("invalid option -- '%c'", a[j])
-				}
-				o := opt{spec: s, name: "-" + string(a[j])}
-				if s.hasArg {
-					if j+1 < len(a) {
-						o.arg = a[j+1:]
-					} else if i+1 < len(args) {
-						i++
-						o.arg = args[i]
-					} else {
-						return nil, nil, fmt.Errorf("option requires an argument -- '%c'", a[j])
-					}
-					opts = append(opts, o)
-					break
-				}
-				opts = append(opts, o)
-			}
-		default:
-			operands = append(operands, a)
-		}
-	}
-	return opts, operands, nil
-}
-
-func lookupShort(specs []optSpec, c byte) *optSpec {
-	for i := range specs {
-		if specs[i].short != 0 && specs[i].short == c {
-			return &specs[i]
-		}
-	}
-	return nil
-}
-
-// lookupLong finds a long option by its name or a unique prefix of it.
-func lookupLong(specs []optSpec, name string) (*optSpec, error) {
-	var found *optSpec
-	for i := range specs {
-		switch {
-		case specs[i].long == name:
-			return &specs[i], nil
-		case name != "" && strings.HasPrefix(specs[i].long, name):
-			if found != nil {
-				return nil, fmt.Errorf("option '--%s' is ambiguous", name)
-			}
-			found = &specs[i]
-		}
-	}
-	if found == nil {
-		return nil, fmt.Errorf("unrecognized option '--%s'", name)
-	}
-	return found, nil
-}
-
 // parseOptions parses rc_pingpong's command line (without the program
 // name). Numbers are read as strtol does with base 0: decimal, 0x hex or
 // 0 octal; unlike strtol, trailing junk is an error.
 func parseOptions(args []string) (options, error) {
 	o := defaultOptions()
-	opts, operands, err := getopt(args, optSpecs)
+	opts, operands, err := getopt.Parse(args, optSpecs)
 	if err != nil {
 		return o, err
 	}
@@ -196,23 +95,23 @@ func parseOptions(args []string) (options, error) {
 	return o, nil
 }
 
-func (o *options) set(x opt) error {
+func (o *options) set(x getopt.Opt) error {
 	num := func(lo, hi int64) (int, error) {
-		v, err := strconv.ParseInt(x.arg, 0, 64)
+		v, err := strconv.ParseInt(x.Arg, 0, 64)
 		if err != nil || v < lo || v > hi {
-			return 0, fmt.Errorf("%w: %s %q: want an integer in %d..%d", errUsage, x.name, x.arg, lo, hi)
+			return 0, fmt.Errorf("%w: %s %q: want an integer in %d..%d", errUsage, x.Name, x.Arg, lo, hi)
 		}
 		return int(v), nil
 	}
 	var err error
-	switch x.spec.long {
+	switch x.Spec.Long {
 	case "port":
 		var v int
 		v, err = num(0, 65535)
 		o.port = uint16(v)
 	case "ib-dev":
-		if o.dev, err = netip.ParseAddr(x.arg); err != nil {
-			return fmt.Errorf("%w: %s %q: goroce names a device by the IP address it binds, e.g. 127.0.0.2", errUsage, x.name, x.arg)
+		if o.dev, err = netip.ParseAddr(x.Arg); err != nil {
+			return fmt.Errorf("%w: %s %q: goroce names a device by the IP address it binds, e.g. 127.0.0.2", errUsage, x.Name, x.Arg)
 		}
 	case "ib-port":
 		o.ibPort, err = num(1, 255)
@@ -222,7 +121,7 @@ func (o *options) set(x opt) error {
 		var v int
 		if v, err = num(256, 4096); err == nil {
 			if o.mtu = mtuOf(v); o.mtu == 0 {
-				err = fmt.Errorf("%w: %s %d: want 256, 512, 1024, 2048 or 4096", errUsage, x.name, v)
+				err = fmt.Errorf("%w: %s %d: want 256, 512, 1024, 2048 or 4096", errUsage, x.Name, v)
 			}
 		}
 	case "rx-depth":
@@ -252,22 +151,22 @@ func (o *options) set(x opt) error {
 	case "allow-cc-unprotected":
 		o.ccUnprot = true
 	case "timeout":
-		if o.timeout, err = time.ParseDuration(x.arg); err != nil {
+		if o.timeout, err = time.ParseDuration(x.Arg); err != nil {
 			var s float64
-			if s, err = strconv.ParseFloat(x.arg, 64); err == nil {
+			if s, err = strconv.ParseFloat(x.Arg, 64); err == nil {
 				o.timeout = time.Duration(s * float64(time.Second))
 			}
 		}
 		if err != nil || o.timeout <= 0 {
-			err = fmt.Errorf("%w: %s %q: want a positive duration such as 5s or 500ms", errUsage, x.name, x.arg)
+			err = fmt.Errorf("%w: %s %q: want a positive duration such as 5s or 500ms", errUsage, x.Name, x.Arg)
 		}
 	case "fault":
 		// Checked here so that a typo fails before a server waits for
 		// its client; the device parses it again.
-		if _, err = link.ParseFault(x.arg); err != nil {
-			err = fmt.Errorf("%w: %s: %w", errUsage, x.name, err)
+		if _, err = link.ParseFault(x.Arg); err != nil {
+			err = fmt.Errorf("%w: %s: %w", errUsage, x.Name, err)
 		}
-		o.fault = x.arg
+		o.fault = x.Arg
 	}
 	return err
 }
