@@ -290,3 +290,44 @@ func TestCompChannel(t *testing.T) {
 		t.Fatalf("WC %+v", wc)
 	}
 }
+
+// TestRemoteWritesPolling plays perftest's write latency ping-pong: each
+// side WRITEs to the other and watches its own memory for the answer, with
+// MR.RemoteWrites as the only synchronisation. -race proves each read is
+// ordered after the placement it waited for, and before the next one (the
+// reader's own post hands its worker the baton).
+func TestRemoteWritesPolling(t *testing.T) {
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			a, b := pairOn(t, lk.open, 1<<16, MTU1024)
+			if n := b.mr.RemoteWrites(); n != 0 {
+				t.Fatalf("fresh MR: RemoteWrites = %d", n)
+			}
+			const size = 3000 // three packets: counted once, after the last
+			const out = 1 << 15
+			ping := func(from, to *endpoint, i int) {
+				from.buf[out+size-1] = byte(i)
+				_, err := from.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{from.mr.SGE(out, size)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}})
+				must(t, err)
+				deadline := time.Now().Add(5 * time.Second)
+				for to.mr.RemoteWrites() != uint64(i) {
+					if time.Now().After(deadline) {
+						t.Fatalf("write %d: RemoteWrites = %d", i, to.mr.RemoteWrites())
+					}
+					time.Sleep(10 * time.Microsecond)
+				}
+				if got := to.buf[size-1]; got != byte(i) {
+					t.Fatalf("write %d: last byte %d", i, got)
+				}
+				if wc := wait(t, from.cq, 1)[0]; wc.Status != WCSuccess {
+					t.Fatalf("write %d: %+v", i, wc)
+				}
+			}
+			for i := 1; i <= 20; i++ {
+				ping(a, b, i)
+				ping(b, a, i)
+			}
+		})
+	}
+}

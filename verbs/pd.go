@@ -74,6 +74,14 @@ func (mr *MR) Len() int { return mr.r.Len() }
 // Bytes returns the registered memory.
 func (mr *MR) Bytes() []byte { return mr.r.Bytes() }
 
+// RemoteWrites returns how many RDMA WRITE messages from peers have been
+// placed in the region since it was registered. A peer's RDMA WRITE raises
+// no completion here, so a program that waits for one polls memory, as
+// perftest's write latency test does; it must see this count change before
+// it reads the bytes, which orders the read after the write under the Go
+// memory model (and keeps the race detector quiet).
+func (mr *MR) RemoteWrites() uint64 { return mr.r.RemoteWrites() }
+
 // SGE returns a scatter/gather entry covering n bytes from offset off.
 func (mr *MR) SGE(off, n int) SGE {
 	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}

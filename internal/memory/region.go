@@ -33,6 +33,8 @@ type registration struct {
 	addr   uint64 // address of buf[0] as peers see it
 	buf    []byte // len == cap
 	valid  atomic.Bool
+	// remoteWrites counts RDMA WRITE messages placed in this registration.
+	remoteWrites atomic.Uint64
 	// invalidated: the key was revoked by Invalidate, but the region is
 	// still registered (Deregister and Reregister accept it).
 	invalidated bool
@@ -55,6 +57,18 @@ func (r *Region) Addr() uint64 { return r.g.Load().addr }
 
 // Len returns the length of the region in bytes.
 func (r *Region) Len() int { return len(r.g.Load().buf) }
+
+// NoteRemoteWrite records that an RDMA WRITE message has been placed in the
+// region. The responder calls it after the last byte of the message is in
+// memory.
+func (r *Region) NoteRemoteWrite() { r.g.Load().remoteWrites.Add(1) }
+
+// RemoteWrites returns how many RDMA WRITE messages have been placed in the
+// region since it was registered (or last reregistered). A program that
+// watches memory for a peer's writes waits for this count to change before
+// it reads: the count's atomic update orders the read after the bytes of
+// every counted message under the Go memory model.
+func (r *Region) RemoteWrites() uint64 { return r.g.Load().remoteWrites.Load() }
 
 // Access returns the access rights the region was registered with.
 func (r *Region) Access() Access { return r.g.Load().access }

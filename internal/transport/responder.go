@@ -32,6 +32,7 @@ type responder struct {
 	recvOff  uint64
 	write    []byte // RDMA WRITE target, checked when the FIRST packet arrived
 	writeOff uint64
+	writeMR  *memory.Region // the region r.write lies in, told when the message is placed
 
 	readQ    []respJob // responses waiting to be sent, in PSN order
 	stats    *stats.Counters
@@ -241,16 +242,16 @@ func (qp *QP) placeRecv(p *wire.Packet, pn psn.PSN) bool {
 
 // checkRemote validates an R_Key, address range and rights (IBA 9.7.5.2.4:
 // a violation is a remote access error, and no memory is touched).
-func (qp *QP) checkRemote(pn psn.PSN, rkey uint32, va, n uint64, need memory.Access) ([]byte, bool) {
+func (qp *QP) checkRemote(pn psn.PSN, rkey uint32, va, n uint64, need memory.Access) ([]byte, *memory.Region, bool) {
 	mr, err := qp.cfg.Mem.Remote(qp.cfg.PD, rkey)
 	if err == nil {
 		var b []byte
 		if b, err = mr.CheckRemote(va, n, need); err == nil {
-			return b, true
+			return b, mr, true
 		}
 	}
 	qp.responderError(pn, errRKeyViolation)
-	return nil, false
+	return nil, nil, false
 }
 
 // respWrite places RDMA WRITE payload (IBA 9.7.5.2.2).
@@ -262,14 +263,14 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 		return
 	}
 	if p.RETH != nil {
-		r.write, r.writeOff = nil, 0
+		r.write, r.writeMR, r.writeOff = nil, nil, 0
 		// IBA 9.7.5.2.2: a zero-length WRITE checks no R_Key.
 		if n := uint64(p.RETH.DMALen()); n > 0 {
-			b, ok := qp.checkRemote(pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteWrite)
+			b, mr, ok := qp.checkRemote(pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteWrite)
 			if !ok {
 				return
 			}
-			r.write = b
+			r.write, r.writeMR = b, mr
 		}
 	}
 	n := uint64(len(p.Payload))
@@ -284,6 +285,9 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	}
 	copy(r.write[r.writeOff:], p.Payload)
 	r.writeOff += n
+	if last && r.writeMR != nil {
+		r.writeMR.NoteRemoteWrite()
+	}
 	qp.accept(p, pn)
 	if p.ImmDt != nil {
 		wc := WC{WRID: r.recv.wrid, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.writeOff), Imm: p.ImmDt.Imm(),
@@ -308,7 +312,7 @@ func (qp *QP) respRead(p *wire.Packet, pn psn.PSN) {
 	n := uint64(p.RETH.DMALen())
 	var data []byte
 	if n > 0 {
-		b, ok := qp.checkRemote(pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteRead)
+		b, _, ok := qp.checkRemote(pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteRead)
 		if !ok {
 			return
 		}
