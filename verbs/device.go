@@ -89,6 +89,7 @@ type DeviceAttr struct {
 	PhysPortCnt     int
 	LocalCAAckDelay int
 	MaxPKeys        int
+	DeviceCapFlags  DeviceCapFlags // what the device supports (SYS_IMAGE_GUID, RC_RNR_NAK_GEN)
 }
 
 // PortState is a port's state (enum ibv_port_state).
@@ -210,10 +211,11 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Port == 0 {
 		cfg.Port = defaultUDPPort
 	}
-	ifMTU, mac := interfaceOf(cfg.Addr)
+	ifc := interfaceOf(cfg.Addr)
 	if cfg.MTU == 0 {
-		cfg.MTU = ifMTU
+		cfg.MTU = ifc.mtu
 	}
+	info := describe(cfg.Addr, ifc, cfg.MTU)
 	d := &Device{
 		cfg:    cfg,
 		local:  netip.AddrPortFrom(cfg.Addr, cfg.Port),
@@ -222,24 +224,16 @@ func Open(cfg Config) (*Device, error) {
 		qpns:   0x10, // rxe hands out data QPNs from 0x11
 		events: make(chan AsyncEvent, 256),
 		nObjs:  map[string]int{},
+		name:   info.Name,
+		attr:   info.Attr,
+		port:   info.Port,
+		gids:   info.GIDs,
 	}
-	d.name = "goroce_" + cfg.Addr.String()
 	if p, err := stats.Publish(d.name); err == nil {
 		d.published, d.stats = p, p.Counters
 	} else {
 		d.stats = stats.New() // counters still work, only `goroce stats` cannot see them
 	}
-	d.gids = gidTable(cfg.Addr, mac)
-	guid := nodeGUID(cfg.Addr, mac)
-	d.attr = DeviceAttr{
-		FWVer: "goroce", NodeGUID: guid, SysImageGUID: guid, MaxMRSize: 1<<64 - 1, VendorID: 0xffffff,
-		MaxQP: maxQP, MaxQPWR: maxQPWR, MaxSGE: maxSGE, MaxSGERD: maxSGE, MaxCQ: maxCQ, MaxCQE: maxCQE,
-		MaxMR: maxMR, MaxPD: maxPD, MaxQPRdAtom: maxRdAtom, MaxQPInitRdAtom: maxRdAtom,
-		MaxSRQ: maxSRQ, MaxSRQWR: maxSRQWR, MaxSRQSGE: maxSRQSGE, MaxInlineData: maxInline,
-		MaxMsgSize: 1 << 31, AtomicCap: "HCA", PhysPortCnt: 1, LocalCAAckDelay: 15, MaxPKeys: 64,
-	}
-	d.port = PortAttr{State: PortActive, MaxMTU: MTU4096, ActiveMTU: ActiveMTU(cfg.MTU),
-		GIDTblLen: gidTableLen, MaxMsgSize: 1 << 31, PKeyTblLen: 1, LinkLayer: "Ethernet"}
 	empty := map[uint32]*QP{}
 	d.qpTable.Store(&empty)
 	fault, err := link.ParseFault(cfg.Fault)
@@ -345,32 +339,6 @@ func (d *Device) updateLinkCounters() {
 	d.stats.Set(stats.FaultCorrupted, f.Corrupted)
 	d.stats.Set(stats.FaultDelayed, f.Delayed)
 	d.stats.Set(stats.FaultCEMarked, f.CEMarked)
-}
-
-// interfaceOf returns the MTU and MAC address of the interface holding
-// addr; loopback has no MAC.
-func interfaceOf(addr netip.Addr) (int, net.HardwareAddr) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return 1500, nil
-	}
-	for _, ifc := range ifs {
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == addr {
-					return ifc.MTU, ifc.HardwareAddr
-				}
-			}
-		}
-	}
-	if addr.IsLoopback() {
-		return 65536, nil
-	}
-	return 1500, nil
 }
 
 // nodeGUID derives the node GUID as rxe does from the MAC (EUI-64), or,

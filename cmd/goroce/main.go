@@ -1,8 +1,10 @@
 // Command goroce is the administration tool of the goroce software RDMA
-// NIC: it decodes RoCEv2 captures and shows the counters of running
-// devices; later subcommands list devices and run benchmarks.
+// NIC: it decodes RoCEv2 captures, lists devices and their attributes, and
+// shows the counters of running devices; later subcommands run benchmarks.
 //
 //	goroce decode FILE.pcap...   print one line per RoCEv2 packet and check its ICRC
+//	goroce devices               list the devices of this host, as ibv_devices does
+//	goroce devinfo [-v] [-d DEV] print device attributes, as ibv_devinfo does
 //	goroce stats [-d DEVICE]     show the counters of the devices running here
 package main
 
@@ -19,6 +21,8 @@ type command struct {
 
 var commands = []command{
 	{"decode", "decode [-q] FILE.pcap...", "print one line per RoCEv2 packet and check its ICRC", runDecode},
+	{"devices", "devices", "list the goroce devices of this host (ibv_devices)", runDevices},
+	{"devinfo", "devinfo [-v] [-d DEV] [-i PORT] [-l]", "print device attributes (ibv_devinfo)", runDevinfo},
 	{"stats", "stats [-d DEVICE] [-json]", "show the counters of the goroce devices running here", runStats},
 }
 
