@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/goroce/goroce/internal/memory"
@@ -81,6 +82,16 @@ func (mr *MR) Bytes() []byte { return mr.r.Bytes() }
 // it reads the bytes, which orders the read after the write under the Go
 // memory model (and keeps the race detector quiet).
 func (mr *MR) RemoteWrites() uint64 { return mr.r.RemoteWrites() }
+
+// WaitRemoteWrites blocks until RemoteWrites differs from seen or ctx ends,
+// and returns the count; a poller that has spun long enough sleeps here.
+func (mr *MR) WaitRemoteWrites(ctx context.Context, seen uint64) (uint64, error) {
+	n := mr.r.WaitRemoteWrite(seen, ctx.Done())
+	if n == seen {
+		return n, ctx.Err()
+	}
+	return n, nil
+}
 
 // SGE returns a scatter/gather entry covering n bytes from offset off.
 func (mr *MR) SGE(off, n int) SGE {

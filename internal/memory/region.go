@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -33,8 +34,12 @@ type registration struct {
 	addr   uint64 // address of buf[0] as peers see it
 	buf    []byte // len == cap
 	valid  atomic.Bool
-	// remoteWrites counts RDMA WRITE messages placed in this registration.
+	// remoteWrites counts RDMA WRITE messages placed in this registration;
+	// waiters > 0 asks NoteRemoteWrite to signal written.
 	remoteWrites atomic.Uint64
+	waiters      atomic.Int32
+	written      chan struct{} // capacity 1, made on first wait
+	writtenOnce  sync.Once
 	// invalidated: the key was revoked by Invalidate, but the region is
 	// still registered (Deregister and Reregister accept it).
 	invalidated bool
@@ -61,7 +66,35 @@ func (r *Region) Len() int { return len(r.g.Load().buf) }
 // NoteRemoteWrite records that an RDMA WRITE message has been placed in the
 // region. The responder calls it after the last byte of the message is in
 // memory.
-func (r *Region) NoteRemoteWrite() { r.g.Load().remoteWrites.Add(1) }
+func (r *Region) NoteRemoteWrite() {
+	g := r.g.Load()
+	g.remoteWrites.Add(1)
+	if g.waiters.Load() > 0 {
+		select {
+		case g.written <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// WaitRemoteWrite blocks until RemoteWrites differs from seen, or done is
+// closed, and returns the count.
+func (r *Region) WaitRemoteWrite(seen uint64, done <-chan struct{}) uint64 {
+	g := r.g.Load()
+	g.writtenOnce.Do(func() { g.written = make(chan struct{}, 1) })
+	g.waiters.Add(1)
+	defer g.waiters.Add(-1)
+	for {
+		if n := g.remoteWrites.Load(); n != seen {
+			return n
+		}
+		select {
+		case <-g.written:
+		case <-done:
+			return g.remoteWrites.Load()
+		}
+	}
+}
 
 // RemoteWrites returns how many RDMA WRITE messages have been placed in the
 // region since it was registered (or last reregistered). A program that

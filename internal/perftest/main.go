@@ -1,0 +1,383 @@
+// Package perftest is goroce's twin of linux-rdma/perftest: the eight
+// ib_{send,write,read,atomic}_{bw,lat} tools with perftest's flags, its
+// out-of-band exchange over TCP (byte-compatible, so either side may be
+// the real perftest), its measurement rules and its printed tables.
+package perftest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// Main runs the tool t with args (without the program name) and returns
+// the exit status: 0 on success, 1 on any failure, as perftest.
+func Main(t Test, args []string, stdout, stderr io.Writer) int {
+	p, err := Parse(t, args)
+	switch {
+	case errors.Is(err, ErrHelp):
+		Usage(stdout, t)
+		return 0
+	case errors.Is(err, ErrVersion):
+		fmt.Fprintf(stdout, "Version: %s (goroce)\n", Version)
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, " %v\n", err)
+		fmt.Fprintf(stderr, " See %s --help.\n", t.Name())
+		return 1
+	}
+	if err := Run(p, nil, stdout); err != nil {
+		fmt.Fprintf(stderr, " %s: %v\n", t.Name(), err)
+		return 1
+	}
+	return 0
+}
+
+// Run runs a parsed test. dev, if not nil, is the device to use (goroce
+// bench passes one); otherwise Run opens the device -d names, or picks one
+// from the out-of-band connection's addresses.
+func Run(p *Params, dev *verbs.Device, out io.Writer) error {
+	c, err := dial(p, out)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dev == nil {
+		addr, err := pickDevice(p, c)
+		if err != nil {
+			return err
+		}
+		if dev, err = verbs.Open(verbs.Config{Addr: addr}); err != nil {
+			return fmt.Errorf("open device: %w", err)
+		}
+		defer dev.Close()
+	}
+	conn := NewConn(c, p.Server != "")
+	if err := conn.Versions(); err != nil {
+		return err
+	}
+	if _, _, err := conn.SysData(cycleBuffer, cacheLine); err != nil {
+		return err
+	}
+	local := dev.QueryPort().ActiveMTU
+	if p.MTU != 0 {
+		local = verbs.MTU(mtuEnum(p.MTU))
+	}
+	m, err := conn.MTU(int(local))
+	if err != nil {
+		return err
+	}
+	s, err := open(p, dev, p.Server != "", out)
+	if err != nil {
+		return fmt.Errorf("create resources: %w", err)
+	}
+	defer s.close()
+	s.mtu = verbs.MTU(m)
+	p.devName, p.mtuBytes, p.gidIndex = dev.Name(), s.mtu.Bytes(), s.gidIdx
+	r := &runner{s: s, p: p, c: conn, out: out}
+	p.header(out, dev.Name(), s.mtu.Bytes(), s.gidIdx, s.client)
+	switch {
+	case p.Kind == BW && p.Verb == Send:
+		return r.sendBW()
+	case p.Kind == BW:
+		return r.rdmaBW()
+	default:
+		return r.lat()
+	}
+}
+
+// dial makes the out-of-band connection: the client connects to the
+// server's port, the server waits for one client (perftest listens on
+// every address).
+func dial(p *Params, out io.Writer) (net.Conn, error) {
+	port := strconv.Itoa(p.Port)
+	if p.Server != "" {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(p.Server, port), 10*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("couldn't connect to %s:%s: %w", p.Server, port, err)
+		}
+		return c, nil
+	}
+	ln, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		return nil, fmt.Errorf("couldn't listen to port %s: %w", port, err)
+	}
+	defer ln.Close()
+	fmt.Fprint(out, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	c, err := ln.Accept()
+	if err != nil {
+		return nil, fmt.Errorf("accept: %w", err)
+	}
+	return c, nil
+}
+
+// pickDevice chooses the device's address. -d names it (a device name, an
+// address or an interface); without -d it is the out-of-band connection's
+// local address, which routes to the peer. A client whose connection runs
+// from a loopback address to itself (server and client on one host) takes
+// the next loopback address, since the server's device holds the first.
+func pickDevice(p *Params, c net.Conn) (netip.Addr, error) {
+	if p.Device != "" {
+		d, err := verbs.LookupDevice(p.Device)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("-d %s: %w", p.Device, err)
+		}
+		return d.Addr, nil
+	}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	if p.Server != "" && local == remote && local.IsLoopback() {
+		if next := local.Next(); next.IsLoopback() {
+			return next, nil
+		}
+	}
+	return local, nil
+}
+
+// runner carries one test through perftest's sequence of exchanges.
+type runner struct {
+	s   *side
+	p   *Params
+	c   *Conn
+	out io.Writer
+}
+
+// shakeAll exchanges every QP's record (one handshake per QP).
+func (r *runner) shakeAll(print bool) error {
+	r.s.rem = make([]Dest, len(r.s.my))
+	for i, d := range r.s.my {
+		rem, err := r.c.HandShake(d)
+		if err != nil {
+			return err
+		}
+		r.s.rem[i] = rem
+		if print {
+			r.p.address(r.out, "remote", rem)
+		}
+	}
+	return nil
+}
+
+// barrier is a handshake used only to wait for the peer.
+func (r *runner) barrier() error {
+	_, err := r.c.HandShake(r.s.my[0])
+	return err
+}
+
+func (r *runner) printLocal() {
+	for _, d := range r.s.my {
+		r.p.address(r.out, "local", d)
+	}
+}
+
+// rdmaBW is ib_write_bw, ib_read_bw and ib_atomic_bw (write_bw.c,
+// read_bw.c, atomic_bw.c): records, connect, records again to print,
+// a barrier; the server then waits for the client's results.
+func (r *runner) rdmaBW() error {
+	p, s := r.p, r.s
+	if err := r.shakeAll(false); err != nil {
+		return err
+	}
+	if err := s.connect(); err != nil {
+		return err
+	}
+	r.printLocal()
+	if err := r.shakeAll(true); err != nil {
+		return err
+	}
+	if err := r.barrier(); err != nil {
+		return err
+	}
+	p.bwHeader(r.out)
+	if !s.client && !p.Duplex {
+		if err := r.barrier(); err != nil {
+			return err
+		}
+		rem, err := r.c.BWReports(BWReport{})
+		if err != nil {
+			return err
+		}
+		p.bwRow(r.out, rem, nil)
+		if err := r.c.Close(s.my[0]); err != nil {
+			return err
+		}
+		fmt.Fprint(r.out, resultLine)
+		return nil
+	}
+	var rep BWReport
+	for _, size := range p.sizes(s.mtu.Bytes()) {
+		if p.Duplex {
+			if err := r.barrier(); err != nil {
+				return err
+			}
+		}
+		t, err := s.bwClient(size)
+		if err != nil {
+			return err
+		}
+		if p.Duplex && p.All {
+			if err := r.barrier(); err != nil {
+				return err
+			}
+		}
+		rep = p.report(t)
+		if !p.Duplex {
+			p.bwRow(r.out, rep, nil)
+			continue
+		}
+		rem, err := r.c.BWReports(rep)
+		if err != nil {
+			return err
+		}
+		p.bwRow(r.out, rep, &rem)
+	}
+	fmt.Fprint(r.out, resultLine)
+	if !p.Duplex {
+		if err := r.barrier(); err != nil {
+			return err
+		}
+		if _, err := r.c.BWReports(rep); err != nil {
+			return err
+		}
+	}
+	return r.c.Close(s.my[0])
+}
+
+// sendBW is ib_send_bw (send_bw.c): both sides measure, the client what
+// it sent and the server what it received.
+func (r *runner) sendBW() error {
+	p, s := r.p, r.s
+	if err := r.shakeAll(false); err != nil {
+		return err
+	}
+	if err := s.connect(); err != nil {
+		return err
+	}
+	if err := r.barrier(); err != nil {
+		return err
+	}
+	r.printLocal()
+	if err := r.shakeAll(true); err != nil {
+		return err
+	}
+	p.bwHeader(r.out)
+	for _, size := range p.sizes(s.mtu.Bytes()) {
+		if err := s.prepare(); err != nil {
+			return err
+		}
+		if err := r.barrier(); err != nil {
+			return err
+		}
+		var t *bwTimes
+		var err error
+		switch {
+		case p.Duplex:
+			type result struct {
+				t   *bwTimes
+				err error
+			}
+			recv := make(chan result, 1)
+			go func() {
+				t, err := s.bwServer(size)
+				recv <- result{t, err}
+			}()
+			t, err = s.bwClient(size)
+			if rr := <-recv; err == nil {
+				err = rr.err
+			}
+		case s.client:
+			t, err = s.bwClient(size)
+		default:
+			t, err = s.bwServer(size)
+		}
+		if err != nil {
+			return err
+		}
+		rep := p.report(t)
+		if !p.Duplex || p.Duration > 0 {
+			p.bwRow(r.out, rep, nil)
+		} else {
+			rem, err := r.c.BWReports(rep)
+			if err != nil {
+				return err
+			}
+			p.bwRow(r.out, rep, &rem)
+		}
+		if p.All {
+			if err := r.barrier(); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprint(r.out, resultLine)
+	return r.c.Close(s.my[0])
+}
+
+// lat is the four latency tests (write_lat.c, send_lat.c, read_lat.c,
+// atomic_lat.c), each with its own order of exchanges.
+func (r *runner) lat() error {
+	p, s := r.p, r.s
+	if p.Verb != Send {
+		if err := r.barrier(); err != nil { // the extra first handshake of the RDMA latency tests
+			return err
+		}
+	}
+	if err := r.shakeAll(false); err != nil {
+		return err
+	}
+	if err := s.connect(); err != nil {
+		return err
+	}
+	if p.Verb == Send {
+		if err := r.barrier(); err != nil {
+			return err
+		}
+	}
+	r.printLocal()
+	if err := r.shakeAll(true); err != nil {
+		return err
+	}
+	if p.Verb != Send {
+		if err := r.barrier(); err != nil {
+			return err
+		}
+	}
+	if (p.Verb == Read || p.Verb == Atomic) && !s.client {
+		if err := r.c.Close(s.my[0]); err != nil {
+			return err
+		}
+		fmt.Fprint(r.out, resultLine)
+		return nil
+	}
+	p.latHeader(r.out)
+	for _, size := range p.sizes(s.mtu.Bytes()) {
+		if p.Verb == Send {
+			if err := s.prepare(); err != nil {
+				return err
+			}
+			if err := r.barrier(); err != nil {
+				return err
+			}
+		}
+		posted, count, elapsed, err := s.latency(size)
+		if err != nil {
+			return err
+		}
+		if p.Duration > 0 {
+			p.latDurRow(r.out, size, count, elapsed)
+		} else {
+			p.latRow(r.out, p.latency(r.out, posted, size))
+		}
+	}
+	fmt.Fprint(r.out, resultLine)
+	if p.Verb == Write {
+		return nil // ib_write_lat ends without a closing handshake
+	}
+	return r.c.Close(s.my[0])
+}

@@ -1,0 +1,587 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+const (
+	cycleBuffer  = 4096 // sysconf(_SC_PAGESIZE), perftest's cycle buffer
+	cacheLine    = 64
+	minRNRTimer  = 12   // perftest's MIN_RNR_TIMER
+	hopLimit     = 0xff // perftest's GRH hop limit on RoCE
+	pollBatch    = 16   // CTX_POLL_BATCH
+	spinPolls    = 1    // polls before sleeping: spinning starves the peer on small hosts
+	stallTimeout = 60 * time.Second
+)
+
+// errStalled is returned when no completion arrives for stallTimeout.
+var errStalled = errors.New("no completion for 60 s: the peer stopped answering")
+
+// errTimeUp ends a wait when a timed run (-D) is over.
+var errTimeUp = errors.New("time is up")
+
+// side is one end of a test: its device, memory, CQs and QPs.
+type side struct {
+	p       *Params
+	client  bool
+	out     io.Writer
+	dev     *verbs.Device
+	pd      *verbs.PD
+	mr      *verbs.MR
+	buf     []byte
+	half    int // bytes per QP half-buffer: the source half, then the target half
+	scq     *verbs.CQ
+	rcq     *verbs.CQ
+	sch     *verbs.CompChannel
+	rch     *verbs.CompChannel
+	qps     []*verbs.QP
+	my, rem []Dest
+	mtu     verbs.MTU
+	gidIdx  int
+	wc      []verbs.WC
+	rq      []int          // receives outstanding per QP
+	rwr     []verbs.RecvWR // reused by postRecvs
+	t0      time.Time
+}
+
+func (s *side) now() int64 { return int64(time.Since(s.t0)) }
+
+// open creates the device's objects for p (perftest's ctx_init and
+// set_up_connection): one MR holds, per QP, a source half and a target
+// half, and the target half's address is what the peer is told.
+func open(p *Params, dev *verbs.Device, client bool, out io.Writer) (*side, error) {
+	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch)}
+	s.half = max(p.Size, cycleBuffer)
+	s.half = (s.half + cacheLine - 1) / cacheLine * cacheLine
+	var err error
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	s.buf = make([]byte, 2*s.half*p.QPs)
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
+		return nil, err
+	}
+	s.sch, s.rch = verbs.NewCompChannel(), verbs.NewCompChannel()
+	sendDepth := p.TxDepth * p.QPs
+	if p.Verb == Send && p.Duplex {
+		sendDepth += p.RxDepth * p.QPs
+	}
+	if s.scq, err = dev.CreateCQ(max(sendDepth, 1), s.sch); err != nil {
+		return nil, err
+	}
+	if s.rcq, err = dev.CreateCQ(max(p.RxDepth*p.QPs, 1), s.rch); err != nil {
+		return nil, err
+	}
+	s.gidIdx = p.GIDIndex
+	if s.gidIdx < 0 {
+		s.gidIdx = dev.GIDIndex()
+	}
+	gid, err := dev.QueryGID(s.gidIdx)
+	if err != nil {
+		return nil, err
+	}
+	outReads := 1
+	if p.Verb == Read || p.Verb == Atomic {
+		if p.OutReads == 0 {
+			p.OutReads = dev.QueryDevice().MaxQPRdAtom
+		}
+		outReads = p.OutReads
+	}
+	for i := range p.QPs {
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq,
+			Cap: verbs.QPCap{MaxSendWR: p.TxDepth, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: p.Inline}})
+		if err != nil {
+			return nil, err
+		}
+		attr := verbs.QPAttr{State: verbs.QPSInit, PortNum: uint8(p.IBPort),
+			AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+		if err := qp.Modify(&attr, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+			return nil, err
+		}
+		s.qps = append(s.qps, qp)
+		s.rq = append(s.rq, 0)
+		s.my = append(s.my, Dest{OutReads: outReads, QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff, RKey: s.mr.RKey(),
+			VAddr: s.mr.Addr() + uint64((2*i+1)*s.half), GID: gid})
+	}
+	return s, nil
+}
+
+// close releases the device's objects; the device itself is the caller's.
+func (s *side) close() {
+	for _, qp := range s.qps {
+		qp.Destroy()
+	}
+	if s.mr != nil {
+		s.mr.Dereg()
+	}
+}
+
+// src and dst are QP i's source and target halves.
+func (s *side) src(i int) int { return 2 * i * s.half }
+func (s *side) dst(i int) int { return (2*i + 1) * s.half }
+
+// connect moves every QP to RTS towards the peer's records (ctx_connect).
+func (s *side) connect() error {
+	for i, qp := range s.qps {
+		r := s.rem[i]
+		if [8]byte(r.GID[8:]) == [8]byte{} {
+			return fmt.Errorf("the peer's GID %v has no address: RoCE needs its GID", r.GID)
+		}
+		attr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN,
+			MaxDestRdAtomic: uint8(s.my[i].OutReads), MinRNRTimer: minRNRTimer,
+			AH: verbs.AHAttr{IsGlobal: true, DGID: r.GID, SGIDIndex: uint8(s.gidIdx), HopLimit: hopLimit,
+				SL: uint8(s.p.SL), PortNum: uint8(s.p.IBPort)}}
+		if err := qp.Modify(&attr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|
+			verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+			return fmt.Errorf("QP to RTR: %w", err)
+		}
+		attr = verbs.QPAttr{State: verbs.QPSRTS, Timeout: uint8(s.p.QPTimeout), RetryCnt: 7, RNRRetry: 7,
+			SQPSN: s.my[i].PSN, MaxRdAtomic: uint8(max(r.OutReads, 1))}
+		if err := qp.Modify(&attr, verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
+			verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic); err != nil {
+			return fmt.Errorf("QP to RTS: %w", err)
+		}
+	}
+	return nil
+}
+
+// poll returns at least one completion from cq: it spins a while, then
+// sleeps on the CQ's completion channel, and gives up after stallTimeout.
+// A non-zero until ends the wait with errTimeUp.
+func (s *side) poll(cq *verbs.CQ, wcs []verbs.WC, until time.Time) ([]verbs.WC, error) {
+	ch := s.sch
+	if cq == s.rcq {
+		ch = s.rch
+	}
+	deadline := time.Time{}
+	for spins := 0; ; spins++ {
+		if n := cq.Poll(wcs); n > 0 {
+			for _, wc := range wcs[:n] {
+				if wc.Status != verbs.WCSuccess {
+					return nil, fmt.Errorf("completion with error: %v (QP 0x%x, wr_id %d)", wc.Status, wc.QPNum, wc.WRID)
+				}
+			}
+			return wcs[:n], nil
+		}
+		if !until.IsZero() && spins%64 == 0 && time.Now().After(until) {
+			return nil, errTimeUp
+		}
+		if spins < spinPolls && !s.p.Events {
+			runtime.Gosched()
+			continue
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(stallTimeout)
+		} else if time.Now().After(deadline) {
+			return nil, errStalled
+		}
+		cq.ReqNotify(false)
+		if cq.Len() > 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ch.Get(ctx)
+		cancel()
+	}
+}
+
+// sendWR builds the WR a bandwidth or latency test posts on QP i.
+func (s *side) sendWR(i, size int) verbs.SendWR {
+	p := s.p
+	wr := verbs.SendWR{WRID: uint64(i), SGL: []verbs.SGE{s.mr.SGE(s.src(i), size)},
+		RemoteAddr: s.rem[i].VAddr, RKey: s.rem[i].RKey}
+	switch p.Verb {
+	case Send:
+		wr.Opcode = verbs.WRSend
+	case Write:
+		wr.Opcode = verbs.WRRDMAWrite
+	case Read:
+		wr.Opcode = verbs.WRRDMARead
+	case Atomic:
+		wr.SGL[0] = s.mr.SGE(s.src(i), 8)
+		if p.AtomicOp == CmpAndSwap {
+			wr.Opcode = verbs.WRAtomicCmpAndSwp
+		} else {
+			wr.Opcode, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, 1
+		}
+	}
+	if size <= p.Inline && (p.Verb == Send || p.Verb == Write) {
+		wr.Flags |= verbs.SendInline
+	}
+	return wr
+}
+
+// postRecvs posts n receives on QP i, each into the whole target half,
+// so that they fit every size of a -a sweep.
+func (s *side) postRecvs(i, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	wrs := s.rwr[:0]
+	for range n {
+		wrs = append(wrs, verbs.RecvWR{WRID: uint64(i), SGL: []verbs.SGE{s.mr.SGE(s.dst(i), s.half)}})
+	}
+	s.rwr = wrs[:0]
+	k, err := s.qps[i].PostRecv(wrs)
+	s.rq[i] += k
+	return err
+}
+
+// durationClock is perftest's alarm-driven state machine for -D: warm up
+// for the margin, sample for duration − 2 × margin, cool down for the
+// margin.
+type durationClock struct {
+	sampleStart, sampleEnd, end time.Time
+}
+
+func newDurationClock(p *Params) *durationClock {
+	now := time.Now()
+	m := time.Duration(p.Margin) * time.Second
+	return &durationClock{sampleStart: now.Add(m), sampleEnd: now.Add(time.Duration(p.Duration)*time.Second - m),
+		end: now.Add(time.Duration(p.Duration) * time.Second)}
+}
+
+// bwClient runs one bandwidth measurement from the posting side
+// (run_iter_bw): every QP keeps up to TxDepth WRs outstanding, every
+// CQMod-th WR (and the last) is signaled, and each completion stands for
+// the CQMod WRs before it.
+func (s *side) bwClient(size int) (*bwTimes, error) {
+	p := s.p
+	n := len(s.qps)
+	iters := p.Iters
+	var dc *durationClock
+	t := &bwTimes{size: size, noPeak: p.NoPeak || p.Iters > 20000, cqMod: p.CQMod, postList: p.PostList}
+	if p.Duration > 0 {
+		dc, iters = newDurationClock(p), 1<<40
+		t.noPeak = true
+	}
+	total := iters * n
+	if t.noPeak {
+		t.posted, t.completed = make([]int64, 1), make([]int64, 1)
+	} else {
+		t.posted, t.completed = make([]int64, total), make([]int64, total)
+	}
+	scnt, ccnt := make([]int, n), make([]int, n)
+	wrs := make([][]verbs.SendWR, n)
+	for i := range wrs {
+		wrs[i] = make([]verbs.SendWR, p.PostList)
+		for k := range wrs[i] {
+			wrs[i][k] = s.sendWR(i, size)
+		}
+	}
+	totS, totC := 0, 0
+	sampling, sampled := false, 0
+	if t.noPeak && dc == nil {
+		t.posted[0] = s.now()
+	}
+	want := -1 // completions to wait for once posting stops; -1: all posted
+	for totS < total || totC < want || want < 0 && totC < totS {
+		if dc != nil && totS < total {
+			now := time.Now()
+			switch {
+			case !sampling && sampled == 0 && !now.Before(dc.sampleStart):
+				sampling, t.posted[0] = true, s.now()
+			case sampling && !now.Before(dc.sampleEnd):
+				sampling, t.completed[0] = false, s.now()
+			case !now.Before(dc.end):
+				// Stop posting, and wait only for what a completion will
+				// report: WRs after a QP's last signaled one never do.
+				total, want = totS, 0
+				for i := range n {
+					want += scnt[i] / p.CQMod * p.CQMod
+				}
+			}
+		}
+		for i := range n {
+			for totS < total && scnt[i] < iters && scnt[i]-ccnt[i]+p.PostList <= p.TxDepth {
+				for k := range wrs[i] {
+					c := scnt[i] + k
+					wrs[i][k].Flags &^= verbs.SendSignaled
+					if c%p.CQMod == p.CQMod-1 || c == iters-1 {
+						wrs[i][k].Flags |= verbs.SendSignaled
+					}
+				}
+				if !t.noPeak {
+					for k := range p.PostList {
+						t.posted[totS+k] = s.now()
+					}
+				}
+				if _, err := s.qps[i].PostSend(wrs[i]); err != nil {
+					return nil, err
+				}
+				scnt[i] += p.PostList
+				totS += p.PostList
+			}
+		}
+		if totC >= totS || want >= 0 && totC >= want {
+			continue
+		}
+		wcs, err := s.poll(s.scq, s.wc, time.Time{})
+		if err != nil {
+			return nil, err
+		}
+		for _, wc := range wcs {
+			i := int(wc.WRID)
+			k := p.CQMod
+			if r := ccnt[i] % p.CQMod; r != 0 || scnt[i]-ccnt[i] < k {
+				k = min(k, scnt[i]-ccnt[i]) // the last, short group
+			}
+			ccnt[i] += k
+			totC += k
+			if sampling {
+				sampled += k
+			}
+			if !t.noPeak {
+				t.completed[min(totC, total)-1] = s.now()
+			}
+		}
+	}
+	switch {
+	case dc != nil:
+		if t.completed[0] == 0 {
+			t.completed[0] = s.now()
+		}
+		t.iters = sampled
+	case t.noPeak:
+		t.completed[0] = s.now()
+		t.iters = total
+	default:
+		t.iters = total
+	}
+	return t, nil
+}
+
+// prepare tops every QP's receive queue up to RxDepth before a send
+// test's barrier (ctx_set_recv_wqes), so the peer's first SEND finds a
+// receive.
+func (s *side) prepare() error {
+	if s.p.Verb != Send || (s.client && !s.p.Duplex && s.p.Kind == BW) {
+		return nil
+	}
+	for i := range s.qps {
+		if err := s.postRecvs(i, s.p.RxDepth-s.rq[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bwServer receives a send bandwidth test's messages (run_iter_bw_server)
+// and keeps the receive queues full: the clock starts at the first receive
+// and stops at the last. A timed run starts its clock at the first
+// receive and samples as the sender does.
+func (s *side) bwServer(size int) (*bwTimes, error) {
+	p := s.p
+	n := len(s.qps)
+	wcbuf := make([]verbs.WC, pollBatch)
+	t := &bwTimes{size: size, noPeak: true, posted: make([]int64, 1), completed: make([]int64, 1), cqMod: 1, postList: 1}
+	total := p.Iters * n
+	got := make([]int, n)
+	var dc *durationClock
+	rcnt := 0
+	sampling, sampled := false, 0
+	for p.Duration > 0 || rcnt < total {
+		until := time.Time{}
+		if dc != nil {
+			now := time.Now()
+			switch {
+			case !sampling && sampled == 0 && !now.Before(dc.sampleStart):
+				sampling, t.posted[0] = true, s.now()
+			case sampling && !now.Before(dc.sampleEnd):
+				sampling, t.completed[0] = false, s.now()
+			case !now.Before(dc.end):
+				t.iters = sampled
+				return t, nil
+			}
+			until = now.Add(10 * time.Millisecond)
+		}
+		wcs, err := s.poll(s.rcq, wcbuf, until)
+		if err == errTimeUp {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, wc := range wcs {
+			if rcnt == 0 {
+				if p.Duration > 0 {
+					dc = newDurationClock(p)
+				} else {
+					t.posted[0] = s.now()
+				}
+			}
+			rcnt++
+			if sampling {
+				sampled++
+			}
+			i := int(wc.WRID)
+			got[i]++
+			s.rq[i]--
+			if p.Duration > 0 || got[i]+s.rq[i] < p.Iters {
+				if err := s.postRecvs(i, 1); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	t.completed[0] = s.now()
+	t.iters = total
+	return t, nil
+}
+
+// latency runs a latency test's loop and returns the post timestamps: for
+// write and send, a ping-pong where each side answers the other's message
+// (run_iter_lat_write, run_iter_lat_send); for read and atomic, the client
+// posts one WR at a time and waits for it (run_iter_lat).
+func (s *side) latency(size int) ([]int64, int, int64, error) {
+	p := s.p
+	iters := p.Iters
+	var dc *durationClock
+	if p.Duration > 0 {
+		dc, iters = newDurationClock(p), 1<<40
+	}
+	var posted []int64
+	if dc == nil {
+		posted = make([]int64, 0, iters)
+	}
+	wr := []verbs.SendWR{s.sendWR(0, size)}
+	wr[0].Flags |= verbs.SendSignaled
+	count, start, elapsed := 0, int64(0), int64(0)
+	sampling := false
+	tick := func() bool { // false when a timed run is over
+		if dc == nil {
+			return true
+		}
+		now := time.Now()
+		switch {
+		case !sampling && count == 0 && !now.Before(dc.sampleStart):
+			sampling, start = true, s.now()
+		case sampling && !now.Before(dc.sampleEnd):
+			sampling, elapsed = false, s.now()-start
+			return false
+		}
+		return true
+	}
+	pollByte := s.buf[s.dst(0)+size-1:]
+	postByte := s.buf[s.src(0)+size-1:]
+	watched := s.mr.RemoteWrites()
+	until := time.Time{}
+	if dc != nil {
+		until = dc.end
+	}
+	waitWrite := func(want byte) error {
+		deadline := time.Now().Add(stallTimeout)
+		if !until.IsZero() {
+			deadline = until
+		}
+		for spins := 0; ; spins++ {
+			if w := s.mr.RemoteWrites(); w != watched {
+				watched = w
+				if pollByte[0] == want {
+					return nil
+				}
+				continue
+			}
+			if spins < spinPolls && !p.Events {
+				runtime.Gosched()
+				continue
+			}
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			_, err := s.mr.WaitRemoteWrites(ctx, watched)
+			cancel()
+			if err != nil {
+				if !until.IsZero() {
+					return errTimeUp
+				}
+				return errStalled
+			}
+		}
+	}
+	switch {
+	case p.Verb == Write || p.Verb == Send:
+		rcnt := 0
+		recv := func() error {
+			rcnt++
+			if p.Verb == Write {
+				return waitWrite(byte(rcnt))
+			}
+			_, err := s.poll(s.rcq, s.wc, until)
+			if err == nil {
+				s.rq[0]--
+				err = s.postRecvs(0, 1)
+			}
+			return err
+		}
+		scnt := 0
+		for scnt < iters {
+			if !tick() {
+				break
+			}
+			if scnt > 0 || !s.client { // the client speaks first
+				err := recv()
+				if err == errTimeUp {
+					break
+				}
+				if err != nil {
+					return nil, 0, 0, err
+				}
+			}
+			if dc == nil {
+				posted = append(posted, s.now())
+			}
+			scnt++
+			postByte[0] = byte(scnt)
+			if _, err := s.qps[0].PostSend(wr); err != nil {
+				return nil, 0, 0, err
+			}
+			if _, err := s.poll(s.scq, s.wc, until); err == errTimeUp {
+				break // a timed run's last message may go unanswered, as in perftest
+			} else if err != nil {
+				return nil, 0, 0, err
+			}
+			if sampling {
+				count++
+			}
+		}
+		if s.client && dc == nil && rcnt < scnt {
+			// The server's last answer: perftest's client waits for it too,
+			// so that its QP is still there to acknowledge it.
+			if err := recv(); err != nil {
+				return nil, 0, 0, err
+			}
+		}
+	default: // read, atomic: only the client posts
+		for c := 0; c < iters; c++ {
+			if !tick() {
+				break
+			}
+			if dc == nil {
+				posted = append(posted, s.now())
+			}
+			if _, err := s.qps[0].PostSend(wr); err != nil {
+				return nil, 0, 0, err
+			}
+			if _, err := s.poll(s.scq, s.wc, until); err == errTimeUp {
+				break // a timed run's last message may go unanswered, as in perftest
+			} else if err != nil {
+				return nil, 0, 0, err
+			}
+			if sampling {
+				count++
+			}
+		}
+	}
+	if dc != nil && sampling {
+		elapsed = s.now() - start
+	}
+	return posted, count, elapsed, nil
+}
