@@ -59,29 +59,57 @@ func Run(p *Params, dev *verbs.Device, out io.Writer) error {
 		defer dev.Close()
 	}
 	conn := NewConn(c, p.Server != "")
+	local := dev.QueryPort().ActiveMTU
+	if p.MTU != 0 {
+		local = verbs.MTU(mtuEnum(p.MTU))
+	}
+	return session(p, conn, int(local), dev.Name(), out, func(mtu int) (plane, int, error) {
+		s, err := open(p, dev, p.Server != "", out)
+		if err != nil {
+			return nil, 0, fmt.Errorf("create resources: %w", err)
+		}
+		s.mtu = verbs.MTU(mtu)
+		return s, s.gidIdx, nil
+	})
+}
+
+// plane is the RDMA side of a test, which session drives between its
+// exchanges; side is the real one, and tests of the exchange fake it.
+type plane interface {
+	local() []Dest
+	setRemote([]Dest)
+	connect() error
+	prepare() error
+	bwClient(size int) (*bwTimes, error)
+	bwServer(size int) (*bwTimes, error)
+	latency(size int) (posted []int64, count int, elapsed int64, err error)
+	close()
+}
+
+// session runs a test over an out-of-band connection: the exchanges of
+// versions, system data and MTU, then the test's own sequence.
+// localMTU is this side's IB MTU enum; newPlane creates the RDMA side for
+// the negotiated MTU and returns it with its GID index.
+func session(p *Params, conn *Conn, localMTU int, devName string, out io.Writer, newPlane func(mtu int) (plane, int, error)) error {
 	if err := conn.Versions(); err != nil {
 		return err
 	}
 	if _, _, err := conn.SysData(cycleBuffer, cacheLine); err != nil {
 		return err
 	}
-	local := dev.QueryPort().ActiveMTU
-	if p.MTU != 0 {
-		local = verbs.MTU(mtuEnum(p.MTU))
-	}
-	m, err := conn.MTU(int(local))
+	m, err := conn.MTU(localMTU)
 	if err != nil {
 		return err
 	}
-	s, err := open(p, dev, p.Server != "", out)
+	pl, gidIdx, err := newPlane(m)
 	if err != nil {
-		return fmt.Errorf("create resources: %w", err)
+		return err
 	}
-	defer s.close()
-	s.mtu = verbs.MTU(m)
-	p.devName, p.mtuBytes, p.gidIndex = dev.Name(), s.mtu.Bytes(), s.gidIdx
-	r := &runner{s: s, p: p, c: conn, out: out}
-	p.header(out, dev.Name(), s.mtu.Bytes(), s.gidIdx, s.client)
+	defer pl.close()
+	mtu := verbs.MTU(m).Bytes()
+	p.devName, p.mtuBytes, p.gidIndex = devName, mtu, gidIdx
+	r := &runner{pl: pl, p: p, c: conn, out: out, client: conn.client, mtu: mtu, my: pl.local()}
+	p.header(out, devName, mtu, gidIdx, r.client)
 	switch {
 	case p.Kind == BW && p.Verb == Send:
 		return r.sendBW()
@@ -142,36 +170,40 @@ func pickDevice(p *Params, c net.Conn) (netip.Addr, error) {
 
 // runner carries one test through perftest's sequence of exchanges.
 type runner struct {
-	s   *side
-	p   *Params
-	c   *Conn
-	out io.Writer
+	pl     plane
+	p      *Params
+	c      *Conn
+	out    io.Writer
+	client bool
+	mtu    int
+	my     []Dest
 }
 
 // shakeAll exchanges every QP's record (one handshake per QP).
 func (r *runner) shakeAll(print bool) error {
-	r.s.rem = make([]Dest, len(r.s.my))
-	for i, d := range r.s.my {
+	rems := make([]Dest, len(r.my))
+	for i, d := range r.my {
 		rem, err := r.c.HandShake(d)
 		if err != nil {
 			return err
 		}
-		r.s.rem[i] = rem
+		rems[i] = rem
 		if print {
 			r.p.address(r.out, "remote", rem)
 		}
 	}
+	r.pl.setRemote(rems)
 	return nil
 }
 
 // barrier is a handshake used only to wait for the peer.
 func (r *runner) barrier() error {
-	_, err := r.c.HandShake(r.s.my[0])
+	_, err := r.c.HandShake(r.my[0])
 	return err
 }
 
 func (r *runner) printLocal() {
-	for _, d := range r.s.my {
+	for _, d := range r.my {
 		r.p.address(r.out, "local", d)
 	}
 }
@@ -180,7 +212,7 @@ func (r *runner) printLocal() {
 // read_bw.c, atomic_bw.c): records, connect, records again to print,
 // a barrier; the server then waits for the client's results.
 func (r *runner) rdmaBW() error {
-	p, s := r.p, r.s
+	p, s := r.p, r.pl
 	if err := r.shakeAll(false); err != nil {
 		return err
 	}
@@ -195,7 +227,7 @@ func (r *runner) rdmaBW() error {
 		return err
 	}
 	p.bwHeader(r.out)
-	if !s.client && !p.Duplex {
+	if !r.client && !p.Duplex {
 		if err := r.barrier(); err != nil {
 			return err
 		}
@@ -204,14 +236,14 @@ func (r *runner) rdmaBW() error {
 			return err
 		}
 		p.bwRow(r.out, rem, nil)
-		if err := r.c.Close(s.my[0]); err != nil {
+		if err := r.c.Close(r.my[0]); err != nil {
 			return err
 		}
 		fmt.Fprint(r.out, resultLine)
 		return nil
 	}
 	var rep BWReport
-	for _, size := range p.sizes(s.mtu.Bytes()) {
+	for _, size := range p.sizes(r.mtu) {
 		if p.Duplex {
 			if err := r.barrier(); err != nil {
 				return err
@@ -246,13 +278,13 @@ func (r *runner) rdmaBW() error {
 			return err
 		}
 	}
-	return r.c.Close(s.my[0])
+	return r.c.Close(r.my[0])
 }
 
 // sendBW is ib_send_bw (send_bw.c): both sides measure, the client what
 // it sent and the server what it received.
 func (r *runner) sendBW() error {
-	p, s := r.p, r.s
+	p, s := r.p, r.pl
 	if err := r.shakeAll(false); err != nil {
 		return err
 	}
@@ -267,7 +299,7 @@ func (r *runner) sendBW() error {
 		return err
 	}
 	p.bwHeader(r.out)
-	for _, size := range p.sizes(s.mtu.Bytes()) {
+	for _, size := range p.sizes(r.mtu) {
 		if err := s.prepare(); err != nil {
 			return err
 		}
@@ -291,7 +323,7 @@ func (r *runner) sendBW() error {
 			if rr := <-recv; err == nil {
 				err = rr.err
 			}
-		case s.client:
+		case r.client:
 			t, err = s.bwClient(size)
 		default:
 			t, err = s.bwServer(size)
@@ -316,13 +348,13 @@ func (r *runner) sendBW() error {
 		}
 	}
 	fmt.Fprint(r.out, resultLine)
-	return r.c.Close(s.my[0])
+	return r.c.Close(r.my[0])
 }
 
 // lat is the four latency tests (write_lat.c, send_lat.c, read_lat.c,
 // atomic_lat.c), each with its own order of exchanges.
 func (r *runner) lat() error {
-	p, s := r.p, r.s
+	p, s := r.p, r.pl
 	if p.Verb != Send {
 		if err := r.barrier(); err != nil { // the extra first handshake of the RDMA latency tests
 			return err
@@ -348,15 +380,15 @@ func (r *runner) lat() error {
 			return err
 		}
 	}
-	if (p.Verb == Read || p.Verb == Atomic) && !s.client {
-		if err := r.c.Close(s.my[0]); err != nil {
+	if (p.Verb == Read || p.Verb == Atomic) && !r.client {
+		if err := r.c.Close(r.my[0]); err != nil {
 			return err
 		}
 		fmt.Fprint(r.out, resultLine)
 		return nil
 	}
 	p.latHeader(r.out)
-	for _, size := range p.sizes(s.mtu.Bytes()) {
+	for _, size := range p.sizes(r.mtu) {
 		if p.Verb == Send {
 			if err := s.prepare(); err != nil {
 				return err
@@ -379,5 +411,5 @@ func (r *runner) lat() error {
 	if p.Verb == Write {
 		return nil // ib_write_lat ends without a closing handshake
 	}
-	return r.c.Close(s.my[0])
+	return r.c.Close(r.my[0])
 }

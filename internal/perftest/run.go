@@ -115,6 +115,9 @@ func open(p *Params, dev *verbs.Device, client bool, out io.Writer) (*side, erro
 	return s, nil
 }
 
+func (s *side) local() []Dest      { return s.my }
+func (s *side) setRemote(d []Dest) { s.rem = d }
+
 // close releases the device's objects; the device itself is the caller's.
 func (s *side) close() {
 	for _, qp := range s.qps {

@@ -1,0 +1,236 @@
+package perftest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary play a tool: with GOROCE_TEST_TOOL set, it
+// runs that perftest tool with the remaining arguments and exits, so the
+// process tests run real server and client processes without a build.
+func TestMain(m *testing.M) {
+	if name := os.Getenv("GOROCE_TEST_TOOL"); name != "" {
+		args := os.Args[1:]
+		for i, a := range args {
+			if a == "--" {
+				args = args[i+1:]
+				break
+			}
+		}
+		os.Exit(Main(Tools[name], args, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// hosts hands out loopback address pairs (127.0.6.x) to the process tests.
+var hosts atomic.Uint32
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// tool starts the test binary as the named tool.
+func tool(t *testing.T, name string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), "GOROCE_TEST_TOOL="+name)
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
+	return cmd, out, errb
+}
+
+// runPair runs a server and a client process of a tool and returns their
+// outputs; both must exit 0.
+func runPair(t *testing.T, name string, args ...string) (srv, cli string) {
+	t.Helper()
+	n := hosts.Add(2)
+	sa, ca := fmt.Sprintf("127.0.6.%d", n-1), fmt.Sprintf("127.0.6.%d", n)
+	port := strconv.Itoa(freePort(t))
+	sc, sout, serr := tool(t, name, append([]string{"-p", port, "-d", sa}, args...)...)
+	if err := sc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Process.Kill()
+	// Wait for the server's banner: it listens before printing it.
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(sout.String(), "Waiting for client") {
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %s", serr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cc, cout, cerr := tool(t, name, append([]string{"-p", port, "-d", ca}, append(args, sa)...)...)
+	if err := cc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(120*time.Second, func() { cc.Process.Kill(); sc.Process.Kill() })
+	defer timer.Stop()
+	cliErr := cc.Wait()
+	srvErr := sc.Wait()
+	if cliErr != nil || srvErr != nil {
+		t.Fatalf("%s %q: client %v, server %v\nclient:\n%s%s\nserver:\n%s%s", name, args, cliErr, srvErr, cout, cerr, sout, serr)
+	}
+	return sout.String(), cout.String()
+}
+
+// table returns the rows of a report's table, each split into fields.
+func table(t *testing.T, out string, header string) [][]float64 {
+	t.Helper()
+	i := strings.Index(out, header+"\n")
+	if i < 0 {
+		t.Fatalf("no table header %q in:\n%s", header, out)
+	}
+	var rows [][]float64
+	sc := bufio.NewScanner(strings.NewReader(out[i+len(header)+1:]))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "---") {
+			break
+		}
+		var row []float64
+		for _, f := range strings.Fields(line) {
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				t.Fatalf("row %q: field %q: %v", line, f, err)
+			}
+			row = append(row, v)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// TestTools runs every tool as a server and a client process on one host,
+// with the options users rely on, and checks the tables.
+func TestTools(t *testing.T) {
+	for _, tc := range []struct {
+		tool string
+		args []string
+		rows int // table rows the client prints
+	}{
+		{"ib_write_bw", []string{"-n", "200", "-s", "65536"}, 1},
+		{"ib_read_bw", []string{"-n", "200", "-s", "4096"}, 1},
+		{"ib_send_bw", []string{"-n", "200", "-s", "4096"}, 1},
+		{"ib_atomic_bw", []string{"-n", "200"}, 1},
+		{"ib_write_lat", []string{"-n", "200"}, 1},
+		{"ib_read_lat", []string{"-n", "200"}, 1},
+		{"ib_send_lat", []string{"-n", "200"}, 1},
+		{"ib_atomic_lat", []string{"-n", "200", "-A", "CMP_AND_SWAP"}, 1},
+		{"ib_write_bw", []string{"-a", "-n", "5"}, 23},
+		{"ib_read_bw", []string{"-a", "-n", "5"}, 23},
+		{"ib_send_bw", []string{"-a", "-n", "5"}, 23},
+		{"ib_write_bw", []string{"-q", "4", "-n", "100", "-s", "8192"}, 1},
+		{"ib_read_bw", []string{"-q", "4", "-n", "100", "-s", "8192"}, 1},
+		{"ib_send_bw", []string{"-q", "4", "-n", "100", "-s", "8192"}, 1},
+		{"ib_atomic_bw", []string{"-q", "4", "-n", "100"}, 1},
+		{"ib_write_bw", []string{"-b", "-n", "200", "-s", "8192"}, 1},
+		{"ib_read_bw", []string{"-b", "-n", "200", "-s", "8192"}, 1},
+		{"ib_send_bw", []string{"-b", "-n", "200", "-s", "8192"}, 1},
+		{"ib_atomic_bw", []string{"-b", "-n", "200"}, 1},
+		{"ib_write_bw", []string{"-D", "2", "-s", "8192"}, 1},
+		{"ib_read_bw", []string{"-D", "2", "-s", "8192"}, 1},
+		{"ib_send_bw", []string{"-D", "2", "-s", "8192"}, 1},
+		{"ib_atomic_bw", []string{"-D", "2"}, 1},
+		{"ib_write_lat", []string{"-D", "2"}, 1},
+		{"ib_write_bw", []string{"--report_gbits", "-n", "100", "-m", "1024", "-l", "4", "-Q", "2"}, 1},
+	} {
+		t.Run(tc.tool+strings.Join(tc.args, ""), func(t *testing.T) {
+			p, err := Parse(Tools[tc.tool], tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, cli := runPair(t, tc.tool, tc.args...)
+			hdr := resultFmt
+			switch {
+			case p.Kind == Lat && p.Duration > 0:
+				hdr = resultFmtDur
+			case p.Kind == Lat:
+				hdr = resultFmtLat
+			case p.Gbits:
+				hdr = resultFmtG
+			}
+			rows := table(t, cli, hdr)
+			if len(rows) != tc.rows {
+				t.Fatalf("client printed %d rows, want %d:\n%s", len(rows), tc.rows, cli)
+			}
+			for i, r := range rows {
+				checkRow(t, p, r, i)
+			}
+			if p.Kind == BW || p.Verb == Write || p.Verb == Send {
+				srows := table(t, srv, hdr)
+				if len(srows) == 0 {
+					t.Fatalf("server printed no row:\n%s", srv)
+				}
+			}
+			if !strings.Contains(cli, " remote address: LID 0000") || !strings.Contains(srv, " local address: LID 0000") {
+				t.Errorf("address lines missing:\n%s\n%s", cli, srv)
+			}
+		})
+	}
+}
+
+// checkRow checks a row's numbers are plausible: the size, the iteration
+// count, positive rates and ordered latencies.
+func checkRow(t *testing.T, p *Params, r []float64, i int) {
+	t.Helper()
+	size := float64(p.Size)
+	if p.All {
+		size = float64(int(2) << i)
+	}
+	if r[0] != size {
+		t.Errorf("row %d: size %v, want %v", i, r[0], size)
+	}
+	iters := float64(p.Iters * p.QPs)
+	switch {
+	case p.Kind == BW && p.Duration == 0:
+		if r[1] != iters || r[3] < 0 || r[4] <= 0 || r[2] != 0 && r[2] < r[3]*0.5 {
+			t.Errorf("row %d: %v: want %v iterations and positive rates", i, r, iters)
+		}
+	case p.Kind == BW:
+		if r[1] <= 0 || r[3] <= 0 {
+			t.Errorf("row %d: %v: a timed run measures iterations and bandwidth", i, r)
+		}
+	case p.Duration > 0:
+		if r[1] <= 0 || r[2] <= 0 || r[3] <= 0 {
+			t.Errorf("row %d: %v", i, r)
+		}
+	default: // t_min ≤ t_typical ≤ t_max, t_min ≤ t_avg, percentiles ordered
+		if r[1] != float64(p.Iters) || !(r[2] > 0 && r[2] <= r[4] && r[4] <= r[3] && r[2] <= r[5] && r[7] <= r[8]) {
+			t.Errorf("row %d: %v", i, r)
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package perftest
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// The client's record in testdata/pcaps/rc_write_64.pcap and the address
+// line perftest printed for it (rc_write_64.client.txt).
+const (
+	goldenRecord = "0000:0001:000014:5a14bc:00000503:00005620a293f000:00:00:00:00:00:00:00:00:00:00:ff:ff:c6:12:00:02:00000000:\x00"
+	goldenLine   = " local address: LID 0000 QPN 0x0014 PSN 0x5a14bc RKey 0x000503 VAddr 0x005620a293f000\n GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:02\n"
+)
+
+func TestDestGolden(t *testing.T) {
+	d, err := ParseDest([]byte(goldenRecord))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Dest{OutReads: 1, QPN: 0x14, PSN: 0x5a14bc, RKey: 0x503, VAddr: 0x5620a293f000,
+		GID: verbs.GIDFromAddr(netip.MustParseAddr("::ffff:198.18.0.2"))}
+	if d != want {
+		t.Fatalf("parsed %+v, want %+v", d, want)
+	}
+	if got := d.Marshal(); string(got) != goldenRecord {
+		t.Errorf("marshal %q, want %q", got, goldenRecord)
+	}
+	var b bytes.Buffer
+	p := defaults(Test{Write, BW})
+	p.address(&b, "local", d)
+	if b.String() != goldenLine {
+		t.Errorf("address lines\n%q, want\n%q", b.String(), goldenLine)
+	}
+}
+
+func TestParseDestErrors(t *testing.T) {
+	for _, m := range []string{
+		"", goldenRecord[:107], strings.Replace(goldenRecord, "5a14bc", "5a14bg", 1),
+		strings.Replace(goldenRecord, "0000:0001", "00000001", 1), strings.Replace(goldenRecord, ":00000000:", ":0000000:0", 1),
+	} {
+		if _, err := ParseDest([]byte(m)); err == nil {
+			t.Errorf("ParseDest(%q) accepted", m)
+		}
+	}
+}
+
+func FuzzParseDest(f *testing.F) {
+	f.Add([]byte(goldenRecord))
+	f.Fuzz(func(t *testing.T, m []byte) {
+		d, err := ParseDest(m)
+		if err != nil {
+			return
+		}
+		// Whatever parses re-encodes to a record that parses the same.
+		if d2, err := ParseDest(d.Marshal()); err != nil || d2 != d {
+			t.Fatalf("%q: round trip %+v, %v", m, d2, err)
+		}
+	})
+}
+
+func TestAltHex(t *testing.T) {
+	for _, tc := range []struct {
+		v     uint64
+		width int
+		want  string
+	}{{0, 4, "0000"}, {0x14, 6, "0x0014"}, {0x80, 4, "0x80"}, {0x5a14bc, 6, "0x5a14bc"}, {0xec3e5355, 8, "0xec3e5355"}, {0, 16, "0000000000000000"}} {
+		if got := altHex(tc.v, tc.width); got != tc.want {
+			t.Errorf("altHex(%#x, %d) = %q, want %q", tc.v, tc.width, got, tc.want)
+		}
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		tool                     string
+		args                     []string
+		size, iters, tx, rx, cqm int
+	}{
+		{"ib_write_bw", nil, 65536, 5000, 128, 1, 1}, // large messages signal every WR
+		{"ib_write_bw", []string{"-s", "64"}, 64, 5000, 128, 1, 100},
+		{"ib_read_bw", []string{"-n", "5", "-s", "64"}, 64, 5, 5, 1, 5}, // as in rc_read_64.client.txt
+		{"ib_send_bw", []string{"-n", "5", "-s", "64"}, 64, 5, 5, 6, 5}, // RX depth 6, as rc_send_64.server.txt
+		{"ib_send_lat", nil, 2, 1000, 1, 512, 1},
+		{"ib_atomic_bw", nil, 8, 1000, 128, 1, 100},
+		{"ib_write_bw", []string{"-a"}, 8 << 20, 5000, 128, 1, 100},
+	} {
+		p, err := Parse(Tools[tc.tool], tc.args)
+		if err != nil {
+			t.Fatalf("%s %q: %v", tc.tool, tc.args, err)
+		}
+		if p.Size != tc.size || p.Iters != tc.iters || p.TxDepth != tc.tx || p.RxDepth != tc.rx || p.CQMod != tc.cqm {
+			t.Errorf("%s %q: size %d iters %d tx %d rx %d cq-mod %d, want %d %d %d %d %d", tc.tool, tc.args,
+				p.Size, p.Iters, p.TxDepth, p.RxDepth, p.CQMod, tc.size, tc.iters, tc.tx, tc.rx, tc.cqm)
+		}
+	}
+	p, err := Parse(Tools["ib_write_bw"], []string{"--size=4096", "-D3", "--report_gbits", "host"})
+	if err != nil || p.Duration != 3 || p.Margin != 0 || !p.NoPeak || !p.Gbits || p.Server != "host" || p.Size != 4096 {
+		t.Errorf("long options: %+v, %v", p, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		tool string
+		args []string
+		want string
+	}{
+		{"ib_write_bw", []string{"-R"}, "does not support -R: goroce has no rdma_cm"},
+		{"ib_write_bw", []string{"--use-srq"}, "does not support --use-srq"},
+		{"ib_write_bw", []string{"-c", "XRC"}, "does not support -c XRC"},
+		{"ib_write_bw", []string{"-c", "FOO"}, "want RC, UC or UD"},
+		{"ib_read_bw", []string{"-c", "UC"}, "needs RC"},
+		{"ib_atomic_bw", []string{"-s", "16"}, "cannot be changed for atomic"},
+		{"ib_write_lat", []string{"-q", "2"}, "latency tests use one QP"},
+		{"ib_write_bw", []string{"-n", "3"}, "want an integer in 5.."},
+		{"ib_write_bw", []string{"-m", "1000"}, "want 256, 512, 1024, 2048 or 4096"},
+		{"ib_write_bw", []string{"-D", "2", "-a"}, "duration mode does not support"},
+		{"ib_write_bw", []string{"-D", "4", "-f", "2"}, "longer than twice the margin"},
+		{"ib_write_bw", []string{"-n", "10", "-l", "3"}, "multiple of the post list"},
+		{"ib_write_bw", []string{"--bogus"}, "unrecognized option '--bogus'"},
+		{"ib_write_bw", []string{"a", "b"}, "more than one server"},
+	} {
+		_, err := Parse(Tools[tc.tool], tc.args)
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %q: %v, want a usage error with %q", tc.tool, tc.args, err, tc.want)
+		}
+	}
+	if _, err := Parse(Tools["ib_send_bw"], []string{"-h"}); err != ErrHelp {
+		t.Errorf("-h: %v", err)
+	}
+}
+
+// TestLatencyMaths checks perftest's rules on a hand-made series: deltas
+// of consecutive posts, the two largest dropped, the median as t_typical,
+// half the round trip for write, the truncated stdev terms.
+func TestLatencyMaths(t *testing.T) {
+	// Deltas (ns): 10 µs × 5, 20 µs, 30 µs, then 1000 and 2000 µs (dropped).
+	deltas := []int64{10000, 10000, 10000, 10000, 10000, 20000, 30000, 1000000, 2000000}
+	posted := []int64{0}
+	for _, d := range deltas {
+		posted = append(posted, posted[len(posted)-1]+d)
+	}
+	p := defaults(Test{Read, Lat}) // read: the full round trip
+	s := p.latency(nil, posted, 2)
+	if s.Min != 10 || s.Typical != 10 || s.Max != 1000 || math.Abs(s.Avg-100.0/7) > 1e-9 || s.P99 != 1000 || s.Iters != 10 {
+		t.Errorf("read: %+v", s)
+	}
+	// Stdev: avg 14.29; terms int(4.29)=4 ×5, int(-5.71)=-5, int(-15.71)=-15.
+	if want := math.Sqrt((5*16 + 25 + 225) / 7.0); math.Abs(s.Stdev-want) > 1e-9 {
+		t.Errorf("stdev %v, want %v", s.Stdev, want)
+	}
+	p = defaults(Test{Write, Lat}) // write: half of it
+	if s := p.latency(nil, posted, 2); s.Min != 5 || s.Typical != 5 {
+		t.Errorf("write: %+v", s)
+	}
+}
+
+// TestBWMaths checks the bandwidth figures on a steady series: 1000
+// messages of 1 MiB, one per millisecond, each completed 1 ms after it was
+// posted.
+func TestBWMaths(t *testing.T) {
+	n := 1000
+	tm := &bwTimes{size: 1 << 20, iters: n, cqMod: 1, postList: 1, posted: make([]int64, n), completed: make([]int64, n)}
+	for i := range n {
+		tm.posted[i], tm.completed[i] = int64(i)*1e6, int64(i+1)*1e6
+	}
+	p := defaults(Test{Write, BW})
+	r := p.report(tm)
+	if math.Abs(r.BWAvg-1000) > 1e-6 || math.Abs(r.MsgRate-0.001) > 1e-9 || math.Abs(r.BWPeak-1000) > 1e-6 {
+		t.Errorf("MiB/s: %+v", r)
+	}
+	p.Gbits = true
+	if r := p.report(tm); math.Abs(r.BWAvg-8.388608) > 1e-6 {
+		t.Errorf("Gb/s: %+v", r)
+	}
+	var b bytes.Buffer
+	p.Gbits = false
+	p.bwRow(&b, BWReport{Size: 64, Iters: 5, BWPeak: 0.05, BWAvg: 0.04, MsgRate: 0.000712}, nil)
+	// The numbers of rc_write_64.client.txt, in perftest 6's row format.
+	if want := " 64         5                0.05               0.04   \t\t     0.000712\n"; b.String() != want {
+		t.Errorf("row %q, want %q", b.String(), want)
+	}
+}
