@@ -1,7 +1,8 @@
 // Command goroce is the administration tool of the goroce software RDMA
 // NIC: it decodes RoCEv2 captures, lists devices and their attributes, and
-// shows the counters of running devices; later subcommands run benchmarks.
+// shows the counters of running devices, and benchmarks goroce against TCP.
 //
+//	goroce bench                 perftest's write BW and latency tests, then TCP, one run
 //	goroce decode FILE.pcap...   print one line per RoCEv2 packet and check its ICRC
 //	goroce devices               list the devices of this host, as ibv_devices does
 //	goroce devinfo [-v] [-d DEV] print device attributes, as ibv_devinfo does
@@ -20,6 +21,7 @@ type command struct {
 }
 
 var commands = []command{
+	{"bench", "bench [-s SIZE] [-q QPS] [-D SEC] [-op OP]", "benchmark goroce against TCP on loopback, no setup needed", runBench},
 	{"decode", "decode [-q] FILE.pcap...", "print one line per RoCEv2 packet and check its ICRC", runDecode},
 	{"devices", "devices", "list the goroce devices of this host (ibv_devices)", runDevices},
 	{"devinfo", "devinfo [-v] [-d DEV] [-i PORT] [-l]", "print device attributes (ibv_devinfo)", runDevinfo},

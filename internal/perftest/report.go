@@ -316,3 +316,7 @@ func (p *Params) writeJSON(results map[string]any) {
 		fmt.Fprintf(os.Stderr, " Couldn't write %s: %v\n", name, err)
 	}
 }
+
+// LatencyStats computes perftest's latency figures for p's test from post
+// timestamps (nanoseconds) of a ping-pong or of sequential round trips.
+func LatencyStats(p *Params, posted []int64) LatStats { return p.latency(io.Discard, posted, p.Size) }

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/internal/perftest"
+)
+
+// runBench is `goroce bench`: perftest's write bandwidth and latency tests
+// between two devices of this process on two loopback addresses, and the
+// same transfer over TCP, in one run.
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	size := fs.Int("s", 65536, "bandwidth test message size in bytes")
+	iters := fs.Int("n", 5000, "bandwidth test iterations per QP")
+	qps := fs.Int("q", 1, "QPs (and TCP connections)")
+	dur := fs.Int("D", 0, "run the bandwidth tests for this many seconds instead of -n iterations")
+	op := fs.String("op", "write", "operation: write, read or send")
+	latIters := fs.Int("lat-n", 1000, "latency test iterations")
+	noLat := fs.Bool("no-lat", false, "skip the latency test")
+	addrs := fs.String("addrs", "127.0.0.1,127.0.0.2", "the two devices' addresses: server,client")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-addrs A,B]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "goroce bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	verbs := map[string]perftest.Verb{"write": perftest.Write, "read": perftest.Read, "send": perftest.Send}
+	v, ok := verbs[*op]
+	if !ok {
+		fmt.Fprintf(stderr, "goroce bench: -op %q: want write, read or send\n", *op)
+		return 2
+	}
+	cfg := bench.Config{Verb: v, Size: *size, Iters: *iters, QPs: *qps, Duration: *dur, LatIters: *latIters, NoLat: *noLat}
+	var a, b string
+	if n, _ := fmt.Sscanf(replaceComma(*addrs), "%s %s", &a, &b); n != 2 {
+		fmt.Fprintf(stderr, "goroce bench: -addrs %q: want two addresses, server,client\n", *addrs)
+		return 2
+	}
+	var err error
+	if cfg.Server, err = netip.ParseAddr(a); err == nil {
+		cfg.Client, err = netip.ParseAddr(b)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "goroce bench: -addrs: %v\n", err)
+		return 2
+	}
+	if _, err := bench.Run(cfg, stdout); err != nil {
+		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func replaceComma(s string) string {
+	b := []byte(s)
+	for i := range b {
+		if b[i] == ',' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}

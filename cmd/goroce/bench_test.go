@@ -1,0 +1,41 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestBench runs `goroce bench` small: both perftest tables and the TCP
+// comparison must come out, with numbers.
+func TestBench(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "-n", "200", "-s", "16384", "-lat-n", "200", "-addrs", "127.0.5.10,127.0.5.11"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	o := out.String()
+	for _, want := range []string{"RDMA_Write BW Test", "RDMA_Write Latency Test", " #bytes     #iterations    BW peak[MiB/sec]",
+		" 16384      200 ", "t_typical[usec]", "BW average[MiB/sec], 16384 B", "t_typical[usec], 2 B, one way"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("output lacks %q:\n%s", want, o)
+		}
+	}
+	for _, line := range strings.Split(o, "\n") {
+		if strings.HasPrefix(line, " BW average") || strings.HasPrefix(line, " t_typical") {
+			f := strings.Fields(line)
+			if r := f[len(f)-1]; !strings.HasSuffix(r, "x") || r == "0.00x" || r == "NaNx" || r == "+Infx" {
+				t.Errorf("ratio %q in %q", r, line)
+			}
+		}
+	}
+}
+
+func TestBenchFlags(t *testing.T) {
+	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"}} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
+			t.Errorf("bench %q: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}

@@ -1,0 +1,199 @@
+// Package bench is goroce's one-command benchmark: a perftest-style
+// bandwidth and latency test between two goroce devices of one process on
+// two loopback addresses, and the same transfer over TCP in the same run,
+// so that the result reads as a ratio measured on the same machine at the
+// same moment.
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/verbs"
+)
+
+// Config says what to measure.
+type Config struct {
+	Verb     perftest.Verb // Write (default), Read or Send
+	Size     int           // bandwidth test message size; 0 means 65536
+	Iters    int           // bandwidth test iterations; 0 means perftest's default
+	QPs      int           // QPs (and TCP connections); 0 means 1
+	Duration int           // seconds; 0 runs Iters
+	LatIters int           // latency test iterations; 0 means 1000
+	NoLat    bool          // skip the latency test
+	Server   netip.Addr    // device addresses; zero means 127.0.0.1 and 127.0.0.2
+	Client   netip.Addr
+}
+
+// Result holds the figures of one run.
+type Result struct {
+	BW, TCPBW         float64 // MiB/s
+	Lat, TCPLat       float64 // t_typical, µs, one way
+	BWRatio, LatRatio float64 // goroce / TCP
+}
+
+// Run runs the benchmark and prints perftest's tables and the comparison.
+func Run(cfg Config, out io.Writer) (*Result, error) {
+	if cfg.Size == 0 {
+		cfg.Size = 65536
+	}
+	if cfg.QPs == 0 {
+		cfg.QPs = 1
+	}
+	if cfg.LatIters == 0 {
+		cfg.LatIters = 1000
+	}
+	if !cfg.Server.IsValid() {
+		cfg.Server, cfg.Client = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	}
+	srv, err := verbs.Open(verbs.Config{Addr: cfg.Server})
+	if err != nil {
+		return nil, fmt.Errorf("open server device: %w", err)
+	}
+	defer srv.Close()
+	cli, err := verbs.Open(verbs.Config{Addr: cfg.Client})
+	if err != nil {
+		return nil, fmt.Errorf("open client device: %w", err)
+	}
+	defer cli.Close()
+
+	fmt.Fprintf(out, "goroce bench: %s between two goroce devices (%v, %v) and over TCP, in one run\n",
+		map[perftest.Verb]string{perftest.Write: "RDMA WRITE", perftest.Read: "RDMA READ", perftest.Send: "SEND"}[cfg.Verb],
+		cfg.Server, cfg.Client)
+	bwArgs := []string{"-s", strconv.Itoa(cfg.Size), "-q", strconv.Itoa(cfg.QPs)}
+	if cfg.Duration > 0 {
+		bwArgs = append(bwArgs, "-D", strconv.Itoa(cfg.Duration))
+	} else if cfg.Iters > 0 {
+		bwArgs = append(bwArgs, "-n", strconv.Itoa(cfg.Iters))
+	}
+	bwTest := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
+	bwOut, err := pair(bwTest, bwArgs, srv, cli, out)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{}
+	if res.BW, err = lastColumn(bwOut, 3); err != nil {
+		return nil, err
+	}
+	p, err := perftest.Parse(bwTest, bwArgs)
+	if err != nil {
+		return nil, err
+	}
+	bytesPerConn := int64(p.Size) * int64(p.Iters)
+	if res.TCPBW, err = tcpBandwidth(cfg, p.Size, bytesPerConn); err != nil {
+		return nil, fmt.Errorf("TCP bandwidth: %w", err)
+	}
+	res.BWRatio = res.BW / res.TCPBW
+	if !cfg.NoLat {
+		latTest := perftest.Test{Verb: cfg.Verb, Kind: perftest.Lat}
+		if cfg.Verb == perftest.Send || cfg.Verb == perftest.Read || cfg.Verb == perftest.Write {
+			latOut, err := pair(latTest, []string{"-n", strconv.Itoa(cfg.LatIters)}, srv, cli, out)
+			if err != nil {
+				return nil, err
+			}
+			if res.Lat, err = lastColumn(latOut, 4); err != nil {
+				return nil, err
+			}
+			if res.TCPLat, err = tcpLatency(cfg); err != nil {
+				return nil, fmt.Errorf("TCP latency: %w", err)
+			}
+			res.LatRatio = res.Lat / res.TCPLat
+		}
+	}
+	fmt.Fprint(out, "\n TCP on the same addresses, same message sizes, same run:\n")
+	fmt.Fprintf(out, " %-30s %12s %12s %14s\n", "", "goroce", "TCP", "goroce/TCP")
+	fmt.Fprintf(out, " %-30s %12.2f %12.2f %13.2fx\n", fmt.Sprintf("BW average[MiB/sec], %d B", cfg.Size), res.BW, res.TCPBW, res.BWRatio)
+	if res.Lat > 0 {
+		fmt.Fprintf(out, " %-30s %12.2f %12.2f %13.2fx\n", "t_typical[usec], 2 B, one way", res.Lat, res.TCPLat, res.LatRatio)
+	}
+	fmt.Fprint(out, " (bandwidth: above 1x goroce is faster; latency: below 1x goroce is faster)\n")
+	return res, nil
+}
+
+// pair runs a perftest test between the two devices and prints the
+// client's report; it returns the client's output.
+func pair(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer) (string, error) {
+	port, err := freePort(srv.Addr().Addr())
+	if err != nil {
+		return "", err
+	}
+	args = append([]string{"-p", strconv.Itoa(port)}, args...)
+	sp, err := perftest.Parse(t, args)
+	if err != nil {
+		return "", err
+	}
+	cp, err := perftest.Parse(t, append(args, srv.Addr().Addr().String()))
+	if err != nil {
+		return "", err
+	}
+	var wg sync.WaitGroup
+	var srvErr error
+	var srvOut syncWriter
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srvErr = perftest.Run(sp, srv, &srvOut)
+	}()
+	// The server listens before it prints its banner.
+	for deadline := time.Now().Add(5 * time.Second); !srvOut.contains("Waiting for client"); {
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("%s server did not start", t.Name())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var cliOut bytes.Buffer
+	cliErr := perftest.Run(cp, cli, io.MultiWriter(&cliOut, out))
+	wg.Wait()
+	if cliErr != nil {
+		return "", fmt.Errorf("%s client: %w", t.Name(), cliErr)
+	}
+	if srvErr != nil {
+		return "", fmt.Errorf("%s server: %w", t.Name(), srvErr)
+	}
+	return cliOut.String(), nil
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) contains(s string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return bytes.Contains(w.b.Bytes(), []byte(s))
+}
+
+func freePort(a netip.Addr) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(a.String(), "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// lastColumn returns field col of the last table row of a perftest report.
+func lastColumn(out string, col int) (float64, error) {
+	lines := bytes.Split([]byte(out), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		f := bytes.Fields(lines[i])
+		if len(f) > col && len(f[0]) > 0 && f[0][0] >= '0' && f[0][0] <= '9' {
+			return strconv.ParseFloat(string(f[col]), 64)
+		}
+	}
+	return 0, fmt.Errorf("no result row in:\n%s", out)
+}

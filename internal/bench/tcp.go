@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/internal/perftest"
+)
+
+// dialPair connects a TCP client on cfg.Client to a listener on
+// cfg.Server, with Nagle off as latency tools set it.
+func dialPair(cfg Config, ln net.Listener) (c, s net.Conn, err error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: cfg.Client.AsSlice()}, Timeout: 5 * time.Second}
+	acc := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); acc <- c }()
+	if c, err = d.Dial("tcp", ln.Addr().String()); err != nil {
+		return nil, nil, err
+	}
+	if s = <-acc; s == nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("accept failed")
+	}
+	return c, s, nil
+}
+
+// tcpBandwidth moves n bytes in size-byte writes over each of cfg.QPs
+// connections at once (or for cfg.Duration seconds) and returns the
+// aggregate MiB/s, from the first write to the receivers' last byte.
+func tcpBandwidth(cfg Config, size int, n int64) (float64, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Server.String(), "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	type conn struct{ c, s net.Conn }
+	conns := make([]conn, cfg.QPs)
+	for i := range conns {
+		c, s, err := dialPair(cfg, ln)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		defer s.Close()
+		conns[i] = conn{c, s}
+	}
+	var deadline time.Time
+	if cfg.Duration > 0 {
+		deadline = time.Now().Add(time.Duration(cfg.Duration) * time.Second)
+		n = 1 << 62
+	}
+	var wg sync.WaitGroup
+	moved := make([]int64, len(conns))
+	errs := make([]error, len(conns))
+	start := time.Now()
+	for i, cn := range conns {
+		wg.Add(2)
+		go func() { // sender
+			defer wg.Done()
+			buf := make([]byte, size)
+			var sent int64
+			for sent < n && (deadline.IsZero() || time.Now().Before(deadline)) {
+				k, err := cn.c.Write(buf)
+				sent += int64(k)
+				if err != nil {
+					errs[i] = err
+					break
+				}
+			}
+			cn.c.(*net.TCPConn).CloseWrite()
+		}()
+		go func() { // receiver
+			defer wg.Done()
+			moved[i], _ = io.CopyBuffer(io.Discard, cn.s, make([]byte, 256<<10))
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	var total int64
+	for i := range conns {
+		if errs[i] != nil {
+			return 0, errs[i]
+		}
+		total += moved[i]
+	}
+	return float64(total) / elapsed / (1 << 20), nil
+}
+
+// tcpLatency ping-pongs 2-byte messages over one connection, as
+// ib_write_lat does over goroce, and returns perftest's t_typical of the
+// one-way latency (µs).
+func tcpLatency(cfg Config) (float64, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Server.String(), "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	c, s, err := dialPair(cfg, ln)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	defer s.Close()
+	const size = 2
+	go func() { // echo
+		b := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(s, b); err != nil {
+				return
+			}
+			if _, err := s.Write(b); err != nil {
+				return
+			}
+		}
+	}()
+	p, err := perftest.Parse(perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}, []string{"-n", fmt.Sprint(max(cfg.LatIters, 5))})
+	if err != nil {
+		return 0, err
+	}
+	posted := make([]int64, p.Iters)
+	b := make([]byte, size)
+	t0 := time.Now()
+	for i := range posted {
+		posted[i] = int64(time.Since(t0))
+		if _, err := c.Write(b); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			return 0, err
+		}
+	}
+	return perftest.LatencyStats(p, posted).Typical, nil
+}
