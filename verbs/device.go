@@ -58,6 +58,9 @@ const (
 	maxSRQ         = 1 << 16
 	maxSRQWR       = 1 << 16
 	maxSRQSGE      = 27
+	maxAH          = 32767 // rxe's max_ah
+	maxMcastGroups = 8192  // rxe's max_mcast_grp
+	maxMcastQPs    = 56    // rxe's max_mcast_qp_attach: QPs per group
 	maxRdAtom      = 128
 	gidTableLen    = 1024
 	defaultUDPPort = wire.UDPPort
@@ -191,6 +194,9 @@ type Device struct {
 
 	qpTable atomic.Pointer[map[uint32]*QP] // read by the dispatcher without the lock
 
+	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
+	mcast  atomic.Pointer[map[netip.Addr][]*QP] // attached QPs per group, for the group readers
+
 	events chan AsyncEvent
 	disp   *dispatcher
 
@@ -222,6 +228,7 @@ func Open(cfg Config) (*Device, error) {
 		qpns:   0x10, // rxe hands out data QPNs from 0x11
 		events: make(chan AsyncEvent, 256),
 		nObjs:  map[string]int{},
+		groups: map[netip.Addr]*mcGroup{},
 	}
 	d.name = "goroce_" + cfg.Addr.String()
 	if p, err := stats.Publish(d.name); err == nil {
@@ -310,7 +317,13 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	var groups []*mcGroup
+	for a, g := range d.groups {
+		groups = append(groups, g)
+		delete(d.groups, a)
+	}
 	d.mu.Unlock()
+	closeGroups(groups)
 	err := d.link.Close()
 	d.disp.stop()
 	close(d.events)
