@@ -88,11 +88,11 @@ func TestUDSendRecvDevices(t *testing.T) {
 				return SendWR{WRID: id, Opcode: WRSend, Flags: SendSignaled, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey, SGL: []SGE{a.mr.SGE(0, n)}}
 			}
 			wrs := []SendWR{
-				ud(1, testQKey, mtu),          // arrives
-				ud(2, 0x33333333, 64),         // wrong Q_Key: dropped
-				ud(3, 0x80000000, 64),         // a's own Q_Key 0x22222222: dropped
-				ud(4, testQKey, mtu+1),        // longer than the MTU: completes, never sent
-				ud(5, testQKey|0x00000000, 7), // arrives
+				ud(1, testQKey, mtu),   // arrives
+				ud(2, 0x33333333, 64),  // wrong Q_Key: dropped
+				ud(3, 0x80000000, 64),  // a's own Q_Key 0x22222222: dropped
+				ud(4, testQKey, mtu+1), // longer than the MTU: completes, never sent
+				ud(5, testQKey, 7),     // arrives
 			}
 			wrs[4].Opcode, wrs[4].Imm = WRSendWithImm, 0xfeed
 			_, err := a.qp.PostSend(wrs)
