@@ -147,9 +147,12 @@ func putNetworkHeader(h *[wire.GRHLen]byte, o Origin, udpPayload int) {
 		ip[6] = 0x40 // DF
 		ip[8] = 64   // TTL
 		ip[9] = 17   // UDP
-		s4, d4 := src.As4(), dst.As4()
+		s4 := src.As4()
 		copy(ip[12:16], s4[:])
-		copy(ip[16:20], d4[:])
+		if dst.Is4() { // unknown (zero) stays 0.0.0.0
+			d4 := dst.As4()
+			copy(ip[16:20], d4[:])
+		}
 		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
 		return
 	}

@@ -264,3 +264,13 @@ type reuseEnv struct{ buf []byte }
 func (e *reuseEnv) Buffer() []byte      { return e.buf[:0] }
 func (e *reuseEnv) Emit(link.Packet)    {}
 func (e *reuseEnv) Fatal(*QP, WCStatus) {}
+
+// TestUDNetworkHeaderUnknownDst: a packet whose destination the link did
+// not report still gets a well-formed header.
+func TestUDNetworkHeaderUnknownDst(t *testing.T) {
+	var h [wire.GRHLen]byte
+	putNetworkHeader(&h, Origin{Src: netip.MustParseAddrPort("198.18.0.1:5000")}, 100)
+	if h[20] != 0x45 || ipv4Checksum(h[20:]) != 0 {
+		t.Errorf("header % x", h)
+	}
+}
