@@ -58,6 +58,9 @@ const (
 	maxSRQ         = 1 << 16
 	maxSRQWR       = 1 << 16
 	maxSRQSGE      = 27
+	maxAH          = 32767 // rxe's max_ah
+	maxMcastGroups = 8192  // rxe's max_mcast_grp
+	maxMcastQPs    = 56    // rxe's max_mcast_qp_attach: QPs per group
 	maxRdAtom      = 128
 	gidTableLen    = 1024
 	defaultUDPPort = wire.UDPPort
@@ -192,6 +195,9 @@ type Device struct {
 
 	qpTable atomic.Pointer[map[uint32]*QP] // read by the dispatcher without the lock
 
+	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
+	mcast  atomic.Pointer[map[netip.Addr][]*QP] // attached QPs per group, for the group readers
+
 	events chan AsyncEvent
 	disp   *dispatcher
 
@@ -228,6 +234,7 @@ func Open(cfg Config) (*Device, error) {
 		attr:   info.Attr,
 		port:   info.Port,
 		gids:   info.GIDs,
+		groups: map[netip.Addr]*mcGroup{},
 	}
 	if p, err := stats.Publish(d.name); err == nil {
 		d.published, d.stats = p, p.Counters
@@ -304,7 +311,13 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	var groups []*mcGroup
+	for a, g := range d.groups {
+		groups = append(groups, g)
+		delete(d.groups, a)
+	}
 	d.mu.Unlock()
+	closeGroups(groups)
 	err := d.link.Close()
 	d.disp.stop()
 	close(d.events)

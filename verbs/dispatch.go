@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"net/netip"
 	"runtime"
 	"sync"
 	"time"
@@ -15,6 +16,9 @@ import (
 //
 //	reader     link.ReadBatch → route each packet by destination QPN to the
 //	           worker that owns the QP (QPN modulo the number of workers)
+//	group ×M   one reader per multicast group the device's QPs are attached
+//	           to (mcast.go): each packet to QPN 0xFFFFFF is copied to every
+//	           attached QP's worker; it ends when the group's link closes
 //	worker ×N  owns its QPs' transport state: runs Receive, Progress and
 //	           Timeout, and writes what they emit with link.WriteBatch
 //
@@ -35,8 +39,10 @@ func fullBuf() []byte { return bufPool.Get().(*pktBuf)[:] }
 
 // rxBatch carries received packets from the reader to one worker.
 type rxBatch struct {
-	bufs [link.MaxBatch][]byte
-	n    int
+	bufs   [link.MaxBatch][]byte
+	qpn    [link.MaxBatch]uint32 // the QP each packet is for (multicast: one copy per QP)
+	origin [link.MaxBatch]transport.Origin
+	n      int
 }
 
 var batchPool = sync.Pool{New: func() any { return new(rxBatch) }}
@@ -90,11 +96,22 @@ func (p *dispatcher) stop() {
 	}
 }
 
-// read is the reader goroutine.
+// read is the reader goroutine of the device's own link.
 func (p *dispatcher) read() {
 	defer close(p.readerDone)
+	p.readLink(p.dev.link, netip.Addr{})
+}
+
+// readLink reads l until it closes and routes its packets to the workers.
+// group is the multicast group l receives for, or the zero Addr for the
+// device's unicast link.
+func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
 	var pkts [link.MaxBatch]link.Packet
 	batches := make([]*rxBatch, len(p.workers))
+	dst := p.dev.cfg.Addr
+	if group.IsValid() {
+		dst = group
+	}
 	for {
 		for i := range pkts {
 			if cap(pkts[i].Buf) == 0 {
@@ -102,29 +119,45 @@ func (p *dispatcher) read() {
 			}
 			pkts[i].Buf = pkts[i].Buf[:link.MaxPacket]
 		}
-		n, err := p.dev.link.ReadBatch(pkts[:])
+		n, err := l.ReadBatch(pkts[:])
 		if err != nil {
 			for i := range pkts {
 				putBuf(pkts[i].Buf)
 			}
 			return
 		}
-		p.dev.updateLinkCounters()
+		if !group.IsValid() {
+			p.dev.updateLinkCounters()
+		}
 		table := *p.dev.qpTable.Load()
 		for i := range n {
 			b := pkts[i].Buf
-			qp := table[wire.BTH(b).DestQP()]
-			if qp == nil {
+			qpn := wire.BTH(b).DestQP()
+			if qpn == transport.MulticastQPN {
+				// IBA multicast: a copy for every QP attached to the group.
+				// Only group links carry them (the unicast socket never
+				// sees a group address).
+				if group.IsValid() {
+					for _, qp := range p.dev.mcastQPs(group) {
+						c := getBuf()[:len(b)]
+						copy(c, b)
+						if !p.queue(batches, qp, c, pkts[i].Peer, dst) {
+							return
+						}
+					}
+				} else {
+					p.dev.stats.Inc(stats.Malformed)
+				}
+				continue // the buffer is reused
+			}
+			qp := table[qpn]
+			if qp == nil || group.IsValid() {
 				p.dev.stats.Inc(stats.Malformed) // no such QP: dropped (the buffer is reused)
 				continue
 			}
-			wi := int(qp.qpn % uint32(len(p.workers)))
-			if batches[wi] == nil {
-				batches[wi] = batchPool.Get().(*rxBatch)
+			if !p.queue(batches, qp, b, pkts[i].Peer, dst) {
+				return
 			}
-			bt := batches[wi]
-			bt.bufs[bt.n] = b
-			bt.n++
 			pkts[i].Buf = nil
 		}
 		for wi, bt := range batches {
@@ -140,6 +173,27 @@ func (p *dispatcher) read() {
 			}
 		}
 	}
+}
+
+// queue adds a packet for qp to its worker's batch, handing the batch over
+// when it is full. It returns false once the workers have stopped.
+func (p *dispatcher) queue(batches []*rxBatch, qp *QP, b []byte, from netip.AddrPort, dst netip.Addr) bool {
+	wi := int(qp.qpn % uint32(len(p.workers)))
+	if batches[wi] == nil {
+		batches[wi] = batchPool.Get().(*rxBatch)
+	}
+	bt := batches[wi]
+	bt.bufs[bt.n], bt.qpn[bt.n], bt.origin[bt.n] = b, qp.qpn, transport.Origin{Src: from, Dst: dst}
+	bt.n++
+	if bt.n == len(bt.bufs) {
+		batches[wi] = nil
+		select {
+		case p.workers[wi].ch <- event{kind: evPackets, batch: bt}:
+		case <-p.workers[wi].exited:
+			return false
+		}
+	}
+	return true
 }
 
 // worker runs the QPs hashed to it. It implements transport.Env.
@@ -197,11 +251,11 @@ func (w *worker) handle(ev event) {
 		for i := range ev.batch.n {
 			b := ev.batch.bufs[i]
 			ev.batch.bufs[i] = nil
-			qp := w.qps[wire.BTH(b).DestQP()]
+			qp := w.qps[ev.batch.qpn[i]]
 			if err := w.pkt.Parse(b); err == nil && qp != nil {
 				w.dev.stats.Inc(stats.RcvdPkts)
 				w.dev.stats.Add(stats.RcvdBytes, uint64(len(b)))
-				qp.t.Receive(&w.pkt, now)
+				qp.t.ReceiveFrom(&w.pkt, ev.batch.origin[i], now)
 				w.markDirty(qp)
 			} else {
 				w.dev.stats.Inc(stats.Malformed)

@@ -24,7 +24,7 @@ type QPCap struct {
 
 // QPInitAttr are a QP's creation attributes (struct ibv_qp_init_attr).
 type QPInitAttr struct {
-	Type   QPType // QPTypeRC
+	Type   QPType // QPTypeRC, QPTypeUC or QPTypeUD
 	SendCQ *CQ
 	RecvCQ *CQ
 	SRQ    *SRQ // optional: take receive WQEs from this SRQ
@@ -97,8 +97,10 @@ func (e *QPError) Unwrap() error { return e.Err }
 // CreateQP creates a queue pair in the RESET state.
 func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	d := pd.dev
-	if a.Type != QPTypeRC {
-		return nil, fmt.Errorf("verbs: create QP: type %v not supported yet (RC only)", a.Type)
+	switch a.Type {
+	case QPTypeRC, QPTypeUC, QPTypeUD:
+	default:
+		return nil, fmt.Errorf("verbs: create QP: type %v not supported (RC, UC and UD are)", a.Type)
 	}
 	if a.SendCQ == nil || a.RecvCQ == nil {
 		return nil, errors.New("verbs: create QP: send and receive CQs are required")
@@ -143,7 +145,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		rq = transport.NewRecvQueue(c.MaxRecvWR)
 	}
 	qp.t = transport.NewQP(transport.Config{
-		QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ,
+		Type: a.Type, QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ,
 		SQ: transport.NewSendQueue(c.MaxSendWR), RQ: rq, SRQ: a.SRQ != nil,
 		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData, Stats: d.stats,
 	}, nil)
@@ -270,16 +272,7 @@ func (qp *QP) checkValues(a *QPAttr, mask AttrMask) error {
 		return bad("ACCESS_FLAGS", a.AccessFlags, "only LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ and REMOTE_ATOMIC apply to a QP")
 	}
 	if mask&AttrAV != 0 {
-		if !a.AH.IsGlobal {
-			return bad("AV", "is_global=0", "RoCE needs a GRH: set IsGlobal and DGID")
-		}
-		if int(a.AH.SGIDIndex) >= len(d.gids) {
-			return bad("AV", fmt.Sprintf("sgid_index=%d", a.AH.SGIDIndex), fmt.Sprintf("the GID table has %d entries", len(d.gids)))
-		}
-		dst := a.AH.DGID.Addr()
-		if !dst.IsValid() || dst.Is4() != d.cfg.Addr.Is4() {
-			return bad("AV", "dgid="+a.AH.DGID.String(), "the peer must be of the device's address family ("+d.cfg.Addr.String()+")")
-		}
+		return d.checkAV(&a.AH)
 	}
 	return nil
 }
@@ -315,6 +308,13 @@ func (qp *QP) path(a *QPAttr) (transport.Path, error) {
 		MaxRdAtomic: int(a.MaxRdAtomic), MaxDestRdAtomic: int(a.MaxDestRdAtomic),
 		Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MinRNRTimer: a.MinRNRTimer,
 		Access: a.AccessFlags, PKey: 0xffff, SrcPort: link.FlowSourcePort(a.AH.FlowLabel, qp.qpn, a.DestQPN),
+		QKey: a.QKey,
+	}
+	if qp.init.Type == QPTypeUD {
+		// UD has no path: datagrams use the port's MTU (rxe get_mtu) and
+		// the QP's fixed source port (rxe_qp_init_req).
+		p.MTU, p.SrcPort = qp.dev.port.ActiveMTU.Bytes(), link.SourcePort(qp.qpn)
+		return p, nil
 	}
 	if !a.AH.IsGlobal {
 		return p, errors.New("no address vector")
@@ -384,7 +384,9 @@ func (qp *QP) Destroy() error {
 	d.mu.Lock()
 	delete(d.qps, qp.qpn)
 	d.publishQPsLocked()
+	empty := d.detachAllLocked(qp)
 	d.mu.Unlock()
+	closeGroups(empty)
 	qp.mu.Lock()
 	qp.state = QPSReset
 	qp.mu.Unlock()

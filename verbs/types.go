@@ -80,6 +80,7 @@ const (
 const (
 	WCWithImm = transport.WCWithImm
 	WCWithInv = transport.WCWithInv
+	WCGRH     = transport.WCGRH // UD: the receive buffer starts with the 40-byte GRH
 )
 
 // Memory access flags (enum ibv_access_flags).

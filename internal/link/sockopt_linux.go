@@ -2,6 +2,7 @@ package link
 
 import (
 	"fmt"
+	"net/netip"
 
 	"golang.org/x/sys/unix"
 )
@@ -11,6 +12,7 @@ type sockOpts struct {
 	is6        bool
 	rbuf, wbuf int  // SO_RCVBUF, SO_SNDBUF; 0 leaves the default
 	sendOnly   bool // a per-port socket: shares its port, receives nothing
+	group      bool // a multicast group socket: shares its address and port
 }
 
 // dropAll is a classic BPF program that accepts no bytes of any packet:
@@ -71,6 +73,14 @@ func (o sockOpts) apply(fd int) error {
 			return fmt.Errorf("UDP_NO_CHECK6_RX: %w", err)
 		}
 	}
+	if o.group {
+		// Every socket bound to a multicast group and port with
+		// SO_REUSEADDR gets its own copy of each datagram to the group:
+		// that is how all goroce devices on a host receive it.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fmt.Errorf("SO_REUSEADDR: %w", err)
+		}
+	}
 	if o.sendOnly {
 		for _, opt := range []int{unix.SO_REUSEADDR, unix.SO_REUSEPORT} {
 			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, 1); err != nil {
@@ -92,4 +102,21 @@ func setBuffer(fd, force, plain, n int) error {
 		return nil
 	}
 	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, n)
+}
+
+// joinGroup makes the socket a member of a multicast group on the
+// interface that holds ifAddr (IP_ADD_MEMBERSHIP, IPV6_JOIN_GROUP).
+func joinGroup(fd int, group, ifAddr netip.Addr, ifIndex int) error {
+	if group.Is4() {
+		mreq := &unix.IPMreq{Multiaddr: group.As4(), Interface: ifAddr.As4()}
+		if err := unix.SetsockoptIPMreq(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, mreq); err != nil {
+			return fmt.Errorf("IP_ADD_MEMBERSHIP: %w", err)
+		}
+		return nil
+	}
+	mreq := &unix.IPv6Mreq{Multiaddr: group.As16(), Interface: uint32(ifIndex)}
+	if err := unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, mreq); err != nil {
+		return fmt.Errorf("IPV6_JOIN_GROUP: %w", err)
+	}
+	return nil
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -27,6 +30,14 @@ type UDPConfig struct {
 	// SO_SNDBUFFORCE set them past net.core.rmem_max and wmem_max;
 	// otherwise those sysctls cap them.
 	ReadBuffer, WriteBuffer int
+
+	// Interface, when valid, makes the link a member of the multicast
+	// group Addr names, on the interface that holds this local address:
+	// the socket is bound to (group, port) with SO_REUSEADDR, so every
+	// link on the host that joins the group gets each of its packets,
+	// and joins it with IP_ADD_MEMBERSHIP or IPV6_JOIN_GROUP. Such a
+	// link is for receiving; send to the group from a unicast link.
+	Interface netip.Addr
 
 	// Fault makes the link drop, duplicate, reorder, corrupt, delay or
 	// CE-mark the packets it sends, after filling their ICRC; the zero
@@ -144,10 +155,30 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	if wbuf <= 0 {
 		wbuf = defaultSocketBuffer
 	}
-	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf}
-	conn, rc, err := listen(a, opts)
+	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf, group: cfg.Interface.IsValid()}
+	if opts.group && (!ip.IsMulticast() || cfg.Interface.Unmap().Is4() != ip.Is4()) {
+		return nil, fmt.Errorf("link: listen %v: a group link needs a multicast address and an interface address of its family", a)
+	}
+	listenFn := listen
+	if opts.group {
+		listenFn = listenGroup
+	}
+	conn, rc, err := listenFn(a, opts)
 	if err != nil {
 		return nil, fmt.Errorf("link: listen %v: %w", a, err)
+	}
+	if opts.group {
+		var ifIndex int
+		if ip.Is6() { // IPv4 names the interface by its address, which the kernel resolves
+			ifIndex, err = interfaceIndex(cfg.Interface.Unmap())
+		}
+		if err == nil {
+			err = controlErr(rc, func(fd int) error { return joinGroup(fd, ip, cfg.Interface.Unmap(), ifIndex) })
+		}
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("link: join %v: %w", a, err)
+		}
 	}
 	la := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	u := &UDP{
@@ -395,4 +426,73 @@ func (u *UDP) openPort(sport uint16) *portSocket {
 		return nil
 	}
 	return &portSocket{conn: conn, rc: rc}
+}
+
+// controlErr runs fn on the socket's descriptor.
+func controlErr(rc syscall.RawConn, fn func(fd int) error) error {
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// interfaceIndex returns the index of the interface holding addr.
+func interfaceIndex(addr netip.Addr) (int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, err
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == addr {
+					return ifc.Index, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("no interface holds %v", addr)
+}
+
+// listenGroup opens a UDP socket bound to the multicast address a. It does
+// not go through package net, which binds a multicast listener to the
+// wildcard address instead (and would then both clash with the devices
+// bound to port 4791 and receive their unicast packets).
+func listenGroup(a netip.AddrPort, o sockOpts) (*net.UDPConn, syscall.RawConn, error) {
+	family := unix.AF_INET
+	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().As4()}
+	if o.is6 {
+		family = unix.AF_INET6
+		sa = &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := o.apply(fd); err != nil {
+		unix.Close(fd)
+		return nil, nil, err
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("bind: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "goroce-group")
+	pc, err := net.FilePacketConn(f)
+	f.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	conn := pc.(*net.UDPConn)
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, rc, nil
 }

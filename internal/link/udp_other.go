@@ -11,6 +11,7 @@ import (
 type UDPConfig struct {
 	Addr                    netip.AddrPort
 	ReadBuffer, WriteBuffer int
+	Interface               netip.Addr
 	Fault                   FaultConfig
 }
 

@@ -47,6 +47,7 @@ var (
 	ErrInline         = errors.New("inline data larger than max_inline_data")
 	ErrMessageTooLong = errors.New("message longer than 2^31 bytes")
 	ErrAtomicSGE      = errors.New("atomic operation needs one 8-byte local SGE")
+	ErrNoAH           = errors.New("UD work request without an address handle")
 )
 
 // Env is what a QP needs from its device. The device's worker implements it.
@@ -70,6 +71,7 @@ type CQ interface {
 
 // Config holds what a QP is created with.
 type Config struct {
+	Type      qpstate.Type // RC (also the zero value), UC or UD
 	QPN       uint32
 	PD        uint32
 	Mem       *memory.Table
@@ -100,9 +102,12 @@ type Path struct {
 	MinRNRTimer     uint8         // RNR NAK timer code this QP sends as responder
 	Access          memory.Access // remote operations this QP accepts
 	PKey            uint16
+	QKey            uint32 // UD: the Q_Key incoming datagrams must carry (IBA 10.2.5)
 }
 
-// QP is the transport state of one RC queue pair.
+// QP is the transport state of one queue pair: RC, UC or UD. UC and UD
+// share the requester and responder with RC and leave out what makes RC
+// reliable (see unreliable.go and datagram.go).
 type QP struct {
 	cfg   Config
 	path  Path
@@ -176,6 +181,20 @@ func (qp *QP) SetState(s qpstate.State) {
 	}
 }
 
+// reliable reports whether the QP is RC (Config.Type zero means RC).
+func (qp *QP) reliable() bool { return qp.cfg.Type != qpstate.UC && qp.cfg.Type != qpstate.UD }
+
+// transport returns the wire transport of the QP's opcodes (IBA 9.2.1).
+func (qp *QP) transport() wire.Transport {
+	switch qp.cfg.Type {
+	case qpstate.UC:
+		return wire.UC
+	case qpstate.UD:
+		return wire.UD
+	}
+	return wire.RC
+}
+
 // canSend reports whether the requester may send (IBA 10.3.1: RTS; SQD
 // drains what was started).
 func (qp *QP) canSend() bool { return qp.state == qpstate.RTS }
@@ -210,6 +229,10 @@ func (qp *QP) PostSend(wrs []SendWR, state qpstate.State) (int, error) {
 		*w = sendWQE{wr: *wr, sgl: append(sgl[:0], wr.SGL...), inline: inline[:0]}
 		w.wr.SGL = nil
 		w.signaled = qp.cfg.SigAll || wr.Flags&SendSignaled != 0
+		if wr.AH != nil {
+			w.dest = wr.AH.Dest() // resolved now: the AH may go away after posting
+			w.wr.AH = nil
+		}
 		w.length = memory.TotalLength(wr.SGL)
 		switch wr.Opcode {
 		case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
@@ -232,11 +255,32 @@ func (qp *QP) PostSend(wrs []SendWR, state qpstate.State) (int, error) {
 }
 
 func (qp *QP) checkWR(wr *SendWR) error {
-	switch wr.Opcode {
-	case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
-		WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRLocalInv, WRSendWithInv:
+	// The operations each service offers (IBA 9.7.1 table 37 / rxe's
+	// rxe_wr_opcode_info): UD only SENDs, UC SENDs and RDMA WRITEs.
+	switch {
+	case qp.cfg.Type == qpstate.UD:
+		if wr.Opcode != WRSend && wr.Opcode != WRSendWithImm {
+			return fmt.Errorf("%w: %v on a UD QP (SEND and SEND_WITH_IMM only)", ErrOpcode, wr.Opcode)
+		}
+		if wr.AH == nil {
+			return ErrNoAH
+		}
+		if wr.RemoteQPN > 0xffffff {
+			return fmt.Errorf("%w: remote QPN %#x has more than 24 bits", ErrOpcode, wr.RemoteQPN)
+		}
+	case qp.cfg.Type == qpstate.UC:
+		switch wr.Opcode {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm:
+		default:
+			return fmt.Errorf("%w: %v on a UC QP (SEND and RDMA WRITE only)", ErrOpcode, wr.Opcode)
+		}
 	default:
-		return fmt.Errorf("%w: %v", ErrOpcode, wr.Opcode)
+		switch wr.Opcode {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRLocalInv, WRSendWithInv:
+		default:
+			return fmt.Errorf("%w: %v", ErrOpcode, wr.Opcode)
+		}
 	}
 	if len(wr.SGL) > qp.cfg.MaxSGE {
 		return fmt.Errorf("%w: %d SGEs, max_send_sge is %d", ErrTooManySGE, len(wr.SGL), qp.cfg.MaxSGE)
@@ -265,14 +309,24 @@ func (qp *QP) checkWR(wr *SendWR) error {
 }
 
 // Receive processes one packet addressed to this QP.
-func (qp *QP) Receive(p *wire.Packet, now time.Time) {
+func (qp *QP) Receive(p *wire.Packet, now time.Time) { qp.ReceiveFrom(p, Origin{}, now) }
+
+// ReceiveFrom processes one packet addressed to this QP that came from
+// where o says (UD receive buffers start with a GRH built from it).
+func (qp *QP) ReceiveFrom(p *wire.Packet, o Origin, now time.Time) {
+	// IBA 9.6 (transport header validation; rxe check_type_state): a
+	// packet whose opcode belongs to another transport than the QP's is
+	// dropped.
+	if p.Info.Transport != qp.transport() {
+		return
+	}
 	switch p.Info.Class {
 	case wire.ClassRequest:
 		if qp.canReceive() {
-			qp.handleRequest(p)
+			qp.handleRequest(p, o)
 		}
 	case wire.ClassResponse, wire.ClassAck:
-		if qp.state == qpstate.RTS || qp.state == qpstate.SQD {
+		if qp.reliable() && (qp.state == qpstate.RTS || qp.state == qpstate.SQD) {
 			qp.handleResponse(p, now)
 		}
 	}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"net/netip"
 	"sync"
 
 	"github.com/goroce/goroce/internal/memory"
@@ -15,7 +16,8 @@ type sendWQE struct {
 	sgl      []memory.SGE // wr.SGL copied at post time
 	inline   []byte       // SendInline: the data copied at post time
 	signaled bool
-	length   uint64 // message length in bytes
+	length   uint64         // message length in bytes
+	dest     netip.AddrPort // UD: the peer, resolved from the AH at post time
 
 	// Requester and completer state, owned by the QP's worker.
 	firstPSN psn.PSN  // PSN of the first packet (READ: of the request and first response)

@@ -37,6 +37,9 @@ func (r *requester) ready(qp *QP) bool {
 
 // mayStart applies the checks that hold a WQE back.
 func (r *requester) mayStart(qp *QP, w *sendWQE) bool {
+	if !qp.reliable() {
+		return true // UC and UD wait for nothing: no ACKs, no READs or atomics
+	}
 	// The send window (rxe: req.psn may run at most MAX_UNACKED_PSNS ahead of comp.psn).
 	if r.psn.Diff(qp.comp.psn) > MaxUnackedPSNs {
 		return false
@@ -79,7 +82,9 @@ func (qp *QP) request(now time.Time) {
 			r.wqe++
 			continue
 		}
-		if !qp.sendPacket(w) {
+		if qp.cfg.Type == qpstate.UD {
+			qp.sendDatagram(w)
+		} else if !qp.sendPacket(w) {
 			return
 		}
 		qp.comp.armTimer(qp, now)
@@ -167,7 +172,7 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 	default:
 		payload = min(w.length-r.offset, mtu)
 		last = r.offset+payload == w.length
-		h.BTH.Opcode = wire.Opcode(sendOpcode(w, first, last))
+		h.BTH.Opcode = wire.Opcode(sendOpcode(w, first, last)) | wire.Opcode(qp.transport())<<5
 		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
 		h.ImmDt.Imm = w.wr.Imm
 		h.IETH.RKey = w.wr.InvRKey
@@ -176,8 +181,10 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 		h.BTH.SE = last && w.wr.Flags&SendSolicited != 0 && w.wr.Opcode != WRRDMAWrite
 	}
 	// rxe's AckReq cadence: the last packet of every message, and any
-	// packet after more than MaxPktPerAck without one.
-	h.BTH.AckReq = last || r.noackPkts > MaxPktPerAck
+	// packet after more than MaxPktPerAck without one. UC asks for no
+	// ACKs (IBA 9.8, unreliable service: no acknowledgements; rxe
+	// init_req_packet).
+	h.BTH.AckReq = qp.reliable() && (last || r.noackPkts > MaxPktPerAck)
 	r.noackPkts++
 	if h.BTH.AckReq {
 		r.noackPkts = 0
@@ -218,6 +225,9 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 		r.psn = r.psn.Next()
 		r.offset += payload
 		w.sent = last
+		// IBA 9.8 (UC): a message is complete once its last packet has
+		// gone; nothing is acknowledged or resent.
+		w.acked = last && !qp.reliable()
 	}
 	if r.psn.After(r.maxPSN) {
 		r.maxPSN = r.psn

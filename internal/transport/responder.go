@@ -5,6 +5,7 @@ import (
 
 	"github.com/goroce/goroce/internal/memory"
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/qpstate"
 	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -26,6 +27,7 @@ type responder struct {
 	nakSent bool    // a PSN sequence error NAK is outstanding
 
 	inMsg    bool // between a FIRST and its LAST
+	dropMsg  bool // UC: the message in progress lost a packet; drop until the next FIRST/ONLY
 	msgKind  wire.Kind
 	recv     recvWQE // receive WQE of the SEND (or WRITE with immediate) in progress
 	haveRecv bool
@@ -114,9 +116,19 @@ func (r *responder) queueAck(syndrome uint8, p psn.PSN) {
 var ackSyndrome = wire.Syndrome(wire.AckTypeACK, wire.CreditsInvalid)
 
 // handleRequest runs one request packet through the responder.
-func (qp *QP) handleRequest(p *wire.Packet) {
+func (qp *QP) handleRequest(p *wire.Packet, o Origin) {
 	r := &qp.resp
 	pn := psn.PSN(p.BTH.PSN())
+	switch qp.cfg.Type {
+	case qpstate.UD:
+		qp.recvDatagram(p, o)
+		return
+	case qpstate.UC:
+		if qp.ucSequence(p, pn) {
+			qp.execute(p, pn)
+		}
+		return
+	}
 	switch d := pn.Diff(r.psn); {
 	case d > 0:
 		// IBA 9.7.5.1.4 (C9-97): a PSN beyond the expected one. NAK it
@@ -146,7 +158,12 @@ func (qp *QP) handleRequest(p *wire.Packet) {
 		qp.responderError(pn, errOpSequence)
 		return
 	}
-	switch info.Kind {
+	qp.execute(p, pn)
+}
+
+// execute runs a request whose PSN and opcode sequence are right.
+func (qp *QP) execute(p *wire.Packet, pn psn.PSN) {
+	switch p.Info.Kind {
 	case wire.KindSend:
 		qp.respSend(p, pn)
 	case wire.KindWrite:
@@ -170,7 +187,7 @@ func (qp *QP) accept(p *wire.Packet, pn psn.PSN) {
 	if last {
 		r.msn = (r.msn + 1) & 0xffffff
 	}
-	if p.BTH.AckReq() {
+	if p.BTH.AckReq() && qp.reliable() {
 		r.queueAck(ackSyndrome, pn)
 	}
 }
@@ -183,6 +200,11 @@ func (qp *QP) takeRecv(pn psn.PSN) bool {
 		return true
 	}
 	if !qp.cfg.RQ.pop(&r.recv) {
+		if !qp.reliable() {
+			// IBA 9.8 (rxe class D): UC has no RNR NAK; the message is dropped.
+			r.discard()
+			return false
+		}
 		qp.cfg.Stats.Inc(stats.SendRNRErr)
 		r.queueAck(wire.Syndrome(wire.AckTypeRNRNAK, qp.path.MinRNRTimer), pn)
 		return false
@@ -406,6 +428,16 @@ func (qp *QP) duplicate(p *wire.Packet, pn psn.PSN) {
 func (qp *QP) responderError(pn psn.PSN, e respError) {
 	r := &qp.resp
 	info := respErrors[e]
+	if !qp.reliable() && e != errRecvProtection {
+		// UC (rxe class D and E): no NAK and no error state; the rest of
+		// the message is dropped and its receive WQE waits for the next.
+		r.discard()
+		return
+	}
+	if !qp.reliable() {
+		qp.badRecvWQE() // a malformed receive WQE fails on every service (class A)
+		return
+	}
 	r.queueAck(wire.Syndrome(wire.AckTypeNAK, uint8(info.nak)), pn)
 	qp.sendResponses(true) // the NAK must leave before the flush
 	if r.haveRecv && info.recv != WCSuccess {

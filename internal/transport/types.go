@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/goroce/goroce/internal/memory"
 )
@@ -159,6 +160,29 @@ type SendWR struct {
 	RKey       uint32
 	CompareAdd uint64 // ATOMIC_CMP_AND_SWP: compare; ATOMIC_FETCH_AND_ADD: add
 	Swap       uint64 // ATOMIC_CMP_AND_SWP
+
+	// UD only (wr.ud of struct ibv_send_wr): the address handle, the
+	// destination QP and its Q_Key. A Q_Key with bit 31 set stands for
+	// the sending QP's own Q_Key (IBA 10.2.5).
+	AH         AddressHandle
+	RemoteQPN  uint32
+	RemoteQKey uint32
+}
+
+// AddressHandle is where a UD work request goes. The verbs layer's AH
+// implements it; PostSend resolves it once, so the handle may be destroyed
+// after posting.
+type AddressHandle interface {
+	// Dest returns the peer's IP address and UDP port.
+	Dest() netip.AddrPort
+}
+
+// Origin is what the link knows about where a received packet came from
+// and where it was sent: the UD responder writes it into the receive
+// buffer as the GRH.
+type Origin struct {
+	Src netip.AddrPort // source address and UDP port
+	Dst netip.Addr     // destination address (the device's, or a multicast group)
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).

@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 import (
 	"bufio"
@@ -14,17 +14,26 @@ import (
 
 // TestTwoProcesses builds rc_pingpong and runs a server and a client as
 // two processes on one host (127.0.0.3 and 127.0.0.4), with 1000
-// exchanges of 1 MiB checked with -c.
+// exchanges of 1 MiB checked with -c; then the same for uc_pingpong with
+// 200 exchanges of 64 KiB.
 func TestTwoProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		tool        string
+		size, iters int
+	}{{"rc_pingpong", 1 << 20, 1000}, {"uc_pingpong", 64 << 10, 200}} {
+		t.Run(tc.tool, func(t *testing.T) { twoProcesses(t, tc.tool, tc.size, tc.iters) })
+	}
+}
+
+func twoProcesses(t *testing.T, tool string, size, iters int) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("no go command to build rc_pingpong: %v", err)
+		t.Skipf("no go command to build %s: %v", tool, err)
 	}
-	bin := filepath.Join(t.TempDir(), "rc_pingpong")
-	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	bin := filepath.Join(t.TempDir(), tool)
+	if out, err := exec.Command(gobin, "build", "-o", bin, "../../cmd/"+tool).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	const size, iters = 1 << 20, 1000
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	port := fmt.Sprint(freePort(t))

@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 import (
 	"errors"
@@ -15,24 +15,25 @@ import (
 
 // options are rc_pingpong's settings, with rdma-core's defaults.
 type options struct {
-	port     uint16     // -p: TCP port of the address exchange
-	dev      netip.Addr // -d: the goroce device, named by the IP address it binds
-	ibPort   int        // -i
-	size     int        // -s: message size in bytes
-	mtu      verbs.MTU  // -m: path MTU
-	rxDepth  int        // -r: receives posted at a time
-	iters    int        // -n: exchanges
-	sl       int        // -l: service level
-	events   bool       // -e: sleep on CQ events instead of polling
-	gidIdx   int        // -g: -1 means the index of the device's own address
-	chk      bool       // -c: validate received buffers
-	odp      bool       // -o
-	iodp     bool       // -O
-	prefetch bool       // -P
-	ts       bool       // -t
-	dm       bool       // -j
-	newSend  bool       // -N
-	ccUnprot bool       // -U
+	kind     verbs.QPType // RC or UC
+	port     uint16       // -p: TCP port of the address exchange
+	dev      netip.Addr   // -d: the goroce device, named by the IP address it binds
+	ibPort   int          // -i
+	size     int          // -s: message size in bytes
+	mtu      verbs.MTU    // -m: path MTU
+	rxDepth  int          // -r: receives posted at a time
+	iters    int          // -n: exchanges
+	sl       int          // -l: service level
+	events   bool         // -e: sleep on CQ events instead of polling
+	gidIdx   int          // -g: -1 means the index of the device's own address
+	chk      bool         // -c: validate received buffers
+	odp      bool         // -o
+	iodp     bool         // -O
+	prefetch bool         // -P
+	ts       bool         // -t
+	dm       bool         // -j
+	newSend  bool         // -N
+	ccUnprot bool         // -U
 	timeout  time.Duration
 	fault    string // --fault: verbs.Config.Fault, checked by link.ParseFault
 	server   string // the positional host: set on the client, empty on the server
@@ -44,6 +45,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
+		kind:    verbs.QPTypeRC,
 		port:    18515,
 		dev:     netip.AddrFrom4([4]byte{127, 0, 0, 1}),
 		ibPort:  1,

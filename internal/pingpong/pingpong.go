@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 import (
 	"bytes"
@@ -90,7 +90,7 @@ func newPingpong(o *options) (p *pingpong, err error) {
 	if p.cq, err = dev.CreateCQ(o.rxDepth+1, p.ch); err != nil {
 		return p, fmt.Errorf("create CQ: %w", err)
 	}
-	p.qp, err = p.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: p.cq, RecvCQ: p.cq,
+	p.qp, err = p.pd.CreateQP(verbs.QPInitAttr{Type: o.kind, SendCQ: p.cq, RecvCQ: p.cq,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: o.rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return p, fmt.Errorf("create QP: %w", err)
@@ -137,6 +137,9 @@ func (p *pingpong) connect(o *options, myPSN uint32, remote dest) error {
 	if [8]byte(remote.GID[8:]) == [8]byte{} {
 		return fmt.Errorf("remote GID %s has no interface ID: RoCE needs the peer's GID (run it with -g)", ntop6(remote.GID))
 	}
+	if o.kind == verbs.QPTypeUC {
+		return p.connectUC(o, myPSN, remote)
+	}
 	attr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: o.mtu, DestQPN: remote.QPN, RQPSN: remote.PSN,
 		MaxDestRdAtomic: 1, MinRNRTimer: 12,
 		AH: verbs.AHAttr{IsGlobal: true, HopLimit: 1, DGID: remote.GID, SGIDIndex: uint8(o.gidIdx),
@@ -150,6 +153,23 @@ func (p *pingpong) connect(o *options, myPSN uint32, remote dest) error {
 	err = p.qp.Modify(&attr, verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
 		verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic)
 	if err != nil {
+		return fmt.Errorf("QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// connectUC is connect for uc_pingpong (its pp_connect_ctx): no RC
+// attributes, so RTR takes the AV, path MTU, destination QPN and receive
+// PSN, and RTS only the send PSN.
+func (p *pingpong) connectUC(o *options, myPSN uint32, remote dest) error {
+	attr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: o.mtu, DestQPN: remote.QPN, RQPSN: remote.PSN,
+		AH: verbs.AHAttr{IsGlobal: true, HopLimit: 1, DGID: remote.GID, SGIDIndex: uint8(o.gidIdx),
+			SL: uint8(o.sl), PortNum: uint8(o.ibPort)}}
+	if err := p.qp.Modify(&attr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN); err != nil {
+		return fmt.Errorf("QP to RTR: %w", err)
+	}
+	attr.State, attr.SQPSN = verbs.QPSRTS, myPSN
+	if err := p.qp.Modify(&attr, verbs.AttrState|verbs.AttrSQPSN); err != nil {
 		return fmt.Errorf("QP to RTS: %w", err)
 	}
 	return nil

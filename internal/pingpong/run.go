@@ -1,0 +1,149 @@
+package pingpong
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+// Kind is the QP type a tool pings over.
+type Kind = verbs.QPType
+
+// run is rc_pingpong's main: it returns the exit status.
+func run(ctx context.Context, argv0 string, args []string, stdout, stderr io.Writer) int {
+	return Run(ctx, verbs.QPTypeRC, argv0, args, stdout, stderr)
+}
+
+// Run is the main of rc_pingpong (kind RC) and uc_pingpong (kind UC),
+// which have the same options, exchange and output: it returns the exit
+// status.
+func Run(ctx context.Context, kind Kind, argv0 string, args []string, stdout, stderr io.Writer) int {
+	o, err := parseOptions(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
+		usage(stdout, argv0)
+		return 1
+	}
+	if err := o.unsupported(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
+		return 1
+	}
+	o.printCounters = os.Getenv("GOROCE_PRINT_COUNTERS") == "1"
+	o.kind = kind
+	if err := pingpongMain(ctx, &o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
+		return 1
+	}
+	return 0
+}
+
+// pingpongMain runs one side of the test and prints what rc_pingpong
+// prints, and with o.printCounters the device's counters on stderr.
+func pingpongMain(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+	p, err := newPingpong(o)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	if o.printCounters {
+		defer printCounters(stderr, p.dev) // before close, which runs later
+	}
+	if p.routs = p.postRecv(p.rxDepth); p.routs < p.rxDepth {
+		return fmt.Errorf("posted only %d of %d receives", p.routs, p.rxDepth)
+	}
+	if o.events {
+		if err := p.cq.ReqNotify(false); err != nil {
+			return fmt.Errorf("arm CQ: %w", err)
+		}
+	}
+	if o.gidIdx < 0 {
+		o.gidIdx = p.dev.GIDIndex()
+	}
+	gid, err := p.dev.QueryGID(o.gidIdx)
+	if err != nil {
+		return fmt.Errorf("GID index %d: %w", o.gidIdx, err)
+	}
+	local := dest{LID: 0, QPN: p.qp.QPN(), GID: gid}
+	local.PSN = newRand48(int64(os.Getpid())*time.Now().Unix()).lrand48() & 0xffffff
+
+	var remote dest
+	if o.server != "" {
+		fmt.Fprintf(stdout, "  local address:  %v\n", local)
+		if remote, err = clientExchange(ctx, o.server, o.port, local, o.timeout); err != nil {
+			return err
+		}
+	} else {
+		// Listen before printing, so the line tells a script the port is open.
+		ln, err := listen(o.port)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "  local address:  %v\n", local)
+		remote, err = serverExchange(ctx, ln, local, o.timeout, func(r dest) error { return p.connect(o, local.PSN, r) })
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "  remote address: %v\n", remote)
+	if o.server != "" {
+		if err := p.connect(o, local.PSN, remote); err != nil {
+			return err
+		}
+	}
+
+	if err := p.start(o.server != ""); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := p.run(ctx); err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, report(time.Since(start), o.size, o.iters))
+	p.linger(ctx, lingerQuiet, lingerMax)
+	return nil
+}
+
+// printCounters writes the device's counters in one line, sorted by
+// name.
+func printCounters(w io.Writer, dev *verbs.Device) {
+	c := dev.Counters()
+	var b strings.Builder
+	b.WriteString("counters:")
+	for _, name := range slices.Sorted(maps.Keys(c)) {
+		fmt.Fprintf(&b, " %s=%d", name, c[name])
+	}
+	b.WriteByte('\n')
+	io.WriteString(w, b.String())
+}
+
+// report formats rc_pingpong's two result lines. rc_pingpong takes the
+// elapsed time in whole microseconds from gettimeofday into a float, and
+// counts the bytes of both directions.
+func report(elapsed time.Duration, size, iters int) string {
+	usec := float64(float32(elapsed.Microseconds()))
+	bytes := int64(size) * int64(iters) * 2
+	return fmt.Sprintf("%d bytes in %s seconds = %s Mbit/sec\n%d iters in %s seconds = %s usec/iter\n",
+		bytes, cfloat(usec/1e6), cfloat(float64(bytes)*8/usec),
+		iters, cfloat(usec/1e6), cfloat(usec/float64(iters)))
+}
+
+// cfloat formats x as C's printf("%.2f") does, "inf" and "nan" included.
+func cfloat(x float64) string {
+	switch s := fmt.Sprintf("%.2f", x); s {
+	case "+Inf":
+		return "inf"
+	case "-Inf":
+		return "-inf"
+	case "NaN":
+		return "-nan" // glibc prints 0.0/0.0 on x86 as -nan
+	default:
+		return s
+	}
+}
