@@ -141,7 +141,8 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 func TestExchangeGolden(t *testing.T) {
 	for _, name := range []string{"rc_write_64", "rc_write_5000", "rc_write_10000_mtu4096", "rc_write_64_ipv6",
 		"rc_read_64", "rc_read_5000", "rc_read_10000_mtu4096", "rc_send_64", "rc_send_5000", "rc_send_5000_ipv6",
-		"rc_send_10000_mtu4096", "rc_atomic_fadd", "rc_atomic_cmpswap", "rc_write_lat_64"} {
+		"rc_send_10000_mtu4096", "rc_atomic_fadd", "rc_atomic_cmpswap", "rc_write_lat_64",
+		"uc_send_5000", "uc_write_5000", "uc_write_10000_mtu4096", "ud_send_64", "ud_send_1000"} {
 		segs := oobStream(t, name)
 		for _, client := range []bool{true, false} {
 			role := map[bool]string{true: "client", false: "server"}[client]

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"time"
 
@@ -101,12 +102,19 @@ func session(p *Params, conn *Conn, localMTU int, devName string, out io.Writer,
 	if err != nil {
 		return err
 	}
+	mtu := verbs.MTU(m).Bytes()
+	if p.Conn == UD && p.Size > mtu { // check_mtu: a datagram fits one packet
+		if !p.All && p.reqSize {
+			return fmt.Errorf("max message size in UD cannot be greater than MTU (%d)", mtu)
+		}
+		fmt.Fprintf(os.Stderr, " Max msg size in UD is MTU %d\n Changing to this MTU\n", mtu)
+		p.Size = mtu
+	}
 	pl, gidIdx, err := newPlane(m)
 	if err != nil {
 		return err
 	}
 	defer pl.close()
-	mtu := verbs.MTU(m).Bytes()
 	p.devName, p.mtuBytes, p.gidIndex = devName, mtu, gidIdx
 	r := &runner{pl: pl, p: p, c: conn, out: out, client: conn.client, mtu: mtu, my: pl.local()}
 	p.header(out, devName, mtu, gidIdx, r.client)

@@ -111,7 +111,7 @@ type Params struct {
 	Histogram  bool   // -H
 	ReportBoth bool   // --report-both
 
-	reqSize, reqCQMod bool
+	reqSize, reqCQMod, reqRxDepth bool
 
 	// Set when the run starts, for the JSON report.
 	devName            string
@@ -280,6 +280,7 @@ func Parse(t Test, args []string) (*Params, error) {
 			p.OutReads, err = num(1, 128)
 		case "rx-depth":
 			p.RxDepth, err = num(1, 1<<15)
+			p.reqRxDepth = true
 		case "bidirectional":
 			p.Duplex = true
 		case "cq-mod":
@@ -353,9 +354,6 @@ func (p *Params) dependencies(duration bool) error {
 	if p.Conn == UD && p.Verb != Send {
 		return usagef("-c UD: only the send tests run on UD")
 	}
-	if p.Conn != RC {
-		return usagef("goroce's %s does not support -c %s yet: UC and UD tools come with the UD/UC transports", p.Name(), p.Conn)
-	}
 	if duration {
 		if p.All {
 			return usagef("-D: duration mode does not support running on all sizes (-a)")
@@ -375,6 +373,11 @@ func (p *Params) dependencies(duration bool) error {
 		p.TxDepth = min(p.TxDepth, p.Iters)
 		if p.Verb == Send {
 			p.RxDepth = min(p.RxDepth, p.Iters)
+		}
+		// Nothing flow-controls UC and UD: every receive is posted up
+		// front, up to perftest's UC_MAX_RX.
+		if p.Conn != RC && p.Verb == Send && !p.reqRxDepth {
+			p.RxDepth = min(p.Iters, ucMaxRx)
 		}
 	}
 	if p.Verb != Send {

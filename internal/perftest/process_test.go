@@ -167,6 +167,12 @@ func TestTools(t *testing.T) {
 		{"ib_atomic_bw", []string{"-D", "2"}, 1},
 		{"ib_write_lat", []string{"-D", "2"}, 1},
 		{"ib_write_bw", []string{"--report_gbits", "-n", "100", "-m", "1024", "-l", "4", "-Q", "2"}, 1},
+		{"ib_write_bw", []string{"-c", "UC", "-n", "200", "-s", "8192"}, 1},
+		{"ib_send_bw", []string{"-c", "UC", "-n", "200", "-s", "8192"}, 1},
+		{"ib_send_bw", []string{"-c", "UD", "-n", "200", "-s", "1024"}, 1},
+		{"ib_send_bw", []string{"-c", "UD", "-a", "-n", "20"}, 12}, // 2 … 4096, the loopback MTU
+		{"ib_send_lat", []string{"-c", "UD", "-n", "200"}, 1},
+		{"ib_write_lat", []string{"-c", "UC", "-n", "200"}, 1},
 	} {
 		t.Run(tc.tool+strings.Join(tc.args, ""), func(t *testing.T) {
 			p, err := Parse(Tools[tc.tool], tc.args)

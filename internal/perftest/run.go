@@ -15,10 +15,12 @@ import (
 const (
 	cycleBuffer  = 4096 // sysconf(_SC_PAGESIZE), perftest's cycle buffer
 	cacheLine    = 64
-	minRNRTimer  = 12   // perftest's MIN_RNR_TIMER
-	hopLimit     = 0xff // perftest's GRH hop limit on RoCE
-	pollBatch    = 16   // CTX_POLL_BATCH
-	spinPolls    = 1    // polls before sleeping: spinning starves the peer on small hosts
+	minRNRTimer  = 12         // perftest's MIN_RNR_TIMER
+	hopLimit     = 0xff       // perftest's GRH hop limit on RoCE
+	udQKey       = 0x11111111 // perftest's DEF_QKEY
+	grhLen       = 40         // UD receive buffers start with the GRH (perftest's UD_ADDITION)
+	pollBatch    = 16         // CTX_POLL_BATCH
+	spinPolls    = 1          // polls before sleeping: spinning starves the peer on small hosts
 	stallTimeout = 60 * time.Second
 )
 
@@ -43,6 +45,7 @@ type side struct {
 	sch     *verbs.CompChannel
 	rch     *verbs.CompChannel
 	qps     []*verbs.QP
+	ahs     []*verbs.AH // UD: one per QP, to the peer's QP
 	my, rem []Dest
 	mtu     verbs.MTU
 	gidIdx  int
@@ -59,7 +62,7 @@ func (s *side) now() int64 { return int64(time.Since(s.t0)) }
 // half, and the target half's address is what the peer is told.
 func open(p *Params, dev *verbs.Device, client bool, out io.Writer) (*side, error) {
 	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch)}
-	s.half = max(p.Size, cycleBuffer)
+	s.half = max(p.Size, cycleBuffer) + cacheLine // the slack holds a UD receive's GRH
 	s.half = (s.half + cacheLine - 1) / cacheLine * cacheLine
 	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {
@@ -97,14 +100,25 @@ func open(p *Params, dev *verbs.Device, client bool, out io.Writer) (*side, erro
 		outReads = p.OutReads
 	}
 	for i := range p.QPs {
-		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq,
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: qpType(p.Conn), SendCQ: s.scq, RecvCQ: s.rcq,
 			Cap: verbs.QPCap{MaxSendWR: p.TxDepth, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: p.Inline}})
 		if err != nil {
 			return nil, err
 		}
-		attr := verbs.QPAttr{State: verbs.QPSInit, PortNum: uint8(p.IBPort),
-			AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
-		if err := qp.Modify(&attr, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+		// INIT (perftest's ctx_modify_qp_to_init): UD takes a Q_Key, the
+		// connected services their remote access rights (UC: writes only).
+		attr := verbs.QPAttr{State: verbs.QPSInit, PortNum: uint8(p.IBPort)}
+		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+		switch p.Conn {
+		case UD:
+			attr.QKey, mask = udQKey, mask|verbs.AttrQKey
+		case UC:
+			attr.AccessFlags, mask = verbs.AccessRemoteWrite, mask|verbs.AttrAccessFlags
+		default:
+			attr.AccessFlags = verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+			mask |= verbs.AttrAccessFlags
+		}
+		if err := qp.Modify(&attr, mask); err != nil {
 			return nil, err
 		}
 		s.qps = append(s.qps, qp)
@@ -123,6 +137,9 @@ func (s *side) close() {
 	for _, qp := range s.qps {
 		qp.Destroy()
 	}
+	for _, ah := range s.ahs {
+		ah.Destroy()
+	}
 	if s.mr != nil {
 		s.mr.Dereg()
 	}
@@ -132,25 +149,58 @@ func (s *side) close() {
 func (s *side) src(i int) int { return 2 * i * s.half }
 func (s *side) dst(i int) int { return (2*i + 1) * s.half }
 
-// connect moves every QP to RTS towards the peer's records (ctx_connect).
+// qpType maps -c to the QP type.
+func qpType(c string) verbs.QPType {
+	switch c {
+	case UC:
+		return verbs.QPTypeUC
+	case UD:
+		return verbs.QPTypeUD
+	}
+	return verbs.QPTypeRC
+}
+
+// connect moves every QP to RTS towards the peer's records (ctx_connect):
+// RC with its READ/atomic depths, RNR timer and retry counts; UC with the
+// path only; UD with an address handle per QP, as its datagrams carry the
+// destination in each WR.
 func (s *side) connect() error {
 	for i, qp := range s.qps {
 		r := s.rem[i]
 		if [8]byte(r.GID[8:]) == [8]byte{} {
 			return fmt.Errorf("the peer's GID %v has no address: RoCE needs its GID", r.GID)
 		}
-		attr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN,
-			MaxDestRdAtomic: uint8(s.my[i].OutReads), MinRNRTimer: minRNRTimer,
-			AH: verbs.AHAttr{IsGlobal: true, DGID: r.GID, SGIDIndex: uint8(s.gidIdx), HopLimit: hopLimit,
-				SL: uint8(s.p.SL), PortNum: uint8(s.p.IBPort)}}
-		if err := qp.Modify(&attr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|
-			verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+		av := verbs.AHAttr{IsGlobal: true, DGID: r.GID, SGIDIndex: uint8(s.gidIdx), HopLimit: hopLimit,
+			SL: uint8(s.p.SL), PortNum: uint8(s.p.IBPort)}
+		var rtr, rts verbs.QPAttr
+		var rtrMask, rtsMask verbs.AttrMask
+		switch s.p.Conn {
+		case UD:
+			ah, err := s.pd.CreateAH(av)
+			if err != nil {
+				return fmt.Errorf("create AH: %w", err)
+			}
+			s.ahs = append(s.ahs, ah)
+			rtr, rtrMask = verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState
+			rts, rtsMask = verbs.QPAttr{State: verbs.QPSRTS, SQPSN: s.my[i].PSN}, verbs.AttrState|verbs.AttrSQPSN
+		case UC:
+			rtr = verbs.QPAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN, AH: av}
+			rtrMask = verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+			rts, rtsMask = verbs.QPAttr{State: verbs.QPSRTS, SQPSN: s.my[i].PSN}, verbs.AttrState|verbs.AttrSQPSN
+		default:
+			rtr = verbs.QPAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN,
+				MaxDestRdAtomic: uint8(s.my[i].OutReads), MinRNRTimer: minRNRTimer, AH: av}
+			rtrMask = verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN |
+				verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+			rts = verbs.QPAttr{State: verbs.QPSRTS, Timeout: uint8(s.p.QPTimeout), RetryCnt: 7, RNRRetry: 7,
+				SQPSN: s.my[i].PSN, MaxRdAtomic: uint8(max(r.OutReads, 1))}
+			rtsMask = verbs.AttrState | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
+				verbs.AttrSQPSN | verbs.AttrMaxQPRdAtomic
+		}
+		if err := qp.Modify(&rtr, rtrMask); err != nil {
 			return fmt.Errorf("QP to RTR: %w", err)
 		}
-		attr = verbs.QPAttr{State: verbs.QPSRTS, Timeout: uint8(s.p.QPTimeout), RetryCnt: 7, RNRRetry: 7,
-			SQPSN: s.my[i].PSN, MaxRdAtomic: uint8(max(r.OutReads, 1))}
-		if err := qp.Modify(&attr, verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
-			verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic); err != nil {
+		if err := qp.Modify(&rts, rtsMask); err != nil {
 			return fmt.Errorf("QP to RTS: %w", err)
 		}
 	}
@@ -216,6 +266,9 @@ func (s *side) sendWR(i, size int) verbs.SendWR {
 		} else {
 			wr.Opcode, wr.CompareAdd = verbs.WRAtomicFetchAndAdd, 1
 		}
+	}
+	if p.Conn == UD {
+		wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ahs[i], s.rem[i].QPN, udQKey
 	}
 	if size <= p.Inline && (p.Verb == Send || p.Verb == Write) {
 		wr.Flags |= verbs.SendInline
