@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 
 	"github.com/goroce/goroce/internal/bench"
 	"github.com/goroce/goroce/internal/perftest"
@@ -24,6 +25,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	latIters := fs.Int("lat-n", 1000, "latency test iterations")
 	noLat := fs.Bool("no-lat", false, "skip the latency test")
 	addrs := fs.String("addrs", "127.0.0.1,127.0.0.2", "the two devices' addresses: server,client")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the goroce tests (not the TCP ones) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-addrs A,B]")
 		fs.PrintDefaults()
@@ -57,6 +59,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "goroce bench: -addrs: %v\n", err)
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "goroce bench: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		cfg.Profile = f
 	}
 	if _, err := bench.Run(cfg, stdout); err != nil {
 		fmt.Fprintf(stderr, "goroce bench: %v\n", err)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -30,6 +31,9 @@ type Config struct {
 	NoLat    bool          // skip the latency test
 	Server   netip.Addr    // device addresses; zero means 127.0.0.1 and 127.0.0.2
 	Client   netip.Addr
+	// Profile, if set, receives a CPU profile (pprof) of the goroce
+	// bandwidth test.
+	Profile io.Writer
 }
 
 // Result holds the figures of one run.
@@ -74,7 +78,15 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 		bwArgs = append(bwArgs, "-n", strconv.Itoa(cfg.Iters))
 	}
 	bwTest := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
+	if cfg.Profile != nil {
+		if err := pprof.StartCPUProfile(cfg.Profile); err != nil {
+			return nil, err
+		}
+	}
 	bwOut, err := pair(bwTest, bwArgs, srv, cli, out)
+	if cfg.Profile != nil {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return nil, err
 	}
