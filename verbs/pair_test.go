@@ -331,3 +331,28 @@ func TestRemoteWritesPolling(t *testing.T) {
 		})
 	}
 }
+
+// TestDestroyAfterRemoteWrite: a responder that sees a peer's WRITE land
+// and destroys its QP at once must still acknowledge the WRITE, or the
+// peer retries into the void (ib_write_lat's last message does exactly
+// this).
+func TestDestroyAfterRemoteWrite(t *testing.T) {
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			for i := range 20 {
+				a, b := pairOn(t, lk.open, 4096, MTU1024)
+				_, err := a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+				must(t, err)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err = b.mr.WaitRemoteWrites(ctx, 0)
+				cancel()
+				must(t, err)
+				must(t, b.qp.Destroy())
+				if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+					t.Fatalf("round %d: the WRITE the peer saw completed with %v", i, wc.Status)
+				}
+			}
+		})
+	}
+}

@@ -390,7 +390,12 @@ func (qp *QP) Destroy() error {
 	qp.mu.Lock()
 	qp.state = QPSReset
 	qp.mu.Unlock()
-	qp.w.call(func() { qp.t.SetState(QPSReset); qp.w.forget(qp) })
+	qp.w.call(func() {
+		qp.t.Quiesce() // ACKs of what the peer already delivered (see transport.QP.Quiesce)
+		qp.w.flush()
+		qp.t.SetState(QPSReset)
+		qp.w.forget(qp)
+	})
 	return nil
 }
 

@@ -346,6 +346,18 @@ func (qp *QP) Progress(now time.Time) {
 	qp.complete()
 }
 
+// Quiesce sends the acknowledgements the responder has already decided on.
+// A peer's last message is placed in memory, where the application can see
+// it, before its ACK leaves with the next Progress; an application that
+// destroys the QP in between would leave the peer retrying a message this
+// QP accepted. rxe's responder sends the ACK before the data can be seen, so
+// Destroy calls Quiesce first.
+func (qp *QP) Quiesce() {
+	if qp.state == qpstate.RTS || qp.state == qpstate.RTR || qp.state == qpstate.SQD || qp.state == qpstate.SQE {
+		qp.sendResponses(false)
+	}
+}
+
 // Outstanding returns the number of send WQEs not yet completed and
 // responses the responder has still to send: both 0 when the QP is idle.
 func (qp *QP) Outstanding() (sends, responses int) {
