@@ -26,8 +26,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	noLat := fs.Bool("no-lat", false, "skip the latency test")
 	addrs := fs.String("addrs", "127.0.0.1,127.0.0.2", "the two devices' addresses: server,client")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the goroce tests (not the TCP ones) to this file")
+	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
+	plot := fs.String("plot", "", "with -sweep: write an SVG plot of the sweep to this file")
+	maxSize := fs.Int("max-size", 8<<20, "with -sweep: the largest message size")
+	maxQPs := fs.Int("max-qps", 1024, "with -sweep: the largest QP count")
+	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-addrs A,B]")
+		fmt.Fprintln(stderr, "       goroce bench -sweep [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -60,6 +66,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goroce bench: -addrs: %v\n", err)
 		return 2
 	}
+	if *sweep {
+		return runSweep(v, cfg, *maxSize, *maxQPs, *sweepBytes, *plot, stdout, stderr)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -84,4 +93,33 @@ func replaceComma(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// runSweep is goroce bench -sweep.
+func runSweep(v perftest.Verb, cfg bench.Config, maxSize, maxQPs int, total int64, plot string, stdout, stderr io.Writer) int {
+	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client}
+	for q := 1; q <= maxQPs; q *= 2 {
+		sc.QPs = append(sc.QPs, q)
+	}
+	sc.MaxLatSize = min(maxSize, 1<<20)
+	res, err := bench.Sweep(sc, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
+		return 1
+	}
+	if plot != "" {
+		f, err := os.Create(plot)
+		if err == nil {
+			err = bench.WritePlot(f, res, "goroce against TCP, same run, loopback")
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "goroce bench: -plot: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\n plot: %s\n", plot)
+	}
+	return 0
 }

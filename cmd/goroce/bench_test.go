@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -37,5 +38,30 @@ func TestBenchFlags(t *testing.T) {
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("bench %q: exit %d, want 2 (%s)", args, code, errb.String())
 		}
+	}
+}
+
+// TestBenchSweep runs a small sweep and checks its three tables and plot.
+func TestBenchSweep(t *testing.T) {
+	plot := t.TempDir() + "/sweep.svg"
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "-sweep", "-max-size", "4096", "-max-qps", "4", "-bytes", "1048576", "-lat-n", "50",
+		"-plot", plot, "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	o := out.String()
+	for _, want := range []string{"Bandwidth against message size", "Latency against message size", "Aggregate bandwidth against QP count",
+		" 4096       ", " 4          "} {
+		if !strings.Contains(o, want) {
+			t.Errorf("output lacks %q:\n%s", want, o)
+		}
+	}
+	svg, err := os.ReadFile(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 6 {
+		t.Errorf("plot: want an SVG with 6 series:\n%.300s", svg)
 	}
 }

@@ -91,7 +91,10 @@ func tcpBandwidth(cfg Config, size int, n int64) (float64, error) {
 // tcpLatency ping-pongs 2-byte messages over one connection, as
 // ib_write_lat does over goroce, and returns perftest's t_typical of the
 // one-way latency (µs).
-func tcpLatency(cfg Config) (float64, error) {
+func tcpLatency(cfg Config) (float64, error) { return tcpLatencySize(cfg, 2) }
+
+// tcpLatencySize is tcpLatency with size-byte messages.
+func tcpLatencySize(cfg Config, size int) (float64, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Server.String(), "0"))
 	if err != nil {
 		return 0, err
@@ -103,7 +106,6 @@ func tcpLatency(cfg Config) (float64, error) {
 	}
 	defer c.Close()
 	defer s.Close()
-	const size = 2
 	go func() { // echo
 		b := make([]byte, size)
 		for {

@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+
+	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/verbs"
+)
+
+// SweepConfig says what a sweep covers.
+type SweepConfig struct {
+	Verb           perftest.Verb
+	MinSize        int // bandwidth and latency sizes, powers of two: 2 … 8 MiB by default
+	MaxSize        int
+	MaxLatSize     int   // latency sizes stop here; default 1 MiB
+	QPs            []int // QP counts at QPSize; default 1, 2, 4 … 1024
+	QPSize         int   // default 65536
+	Bytes          int64 // bytes each bandwidth point moves (per side); default 256 MiB
+	LatIters       int   // default 200
+	Server, Client netip.Addr
+}
+
+// Point is one measurement of a sweep, goroce and TCP side by side.
+type Point struct {
+	X           int     // message size or QP count
+	Goroce, TCP float64 // MiB/s, or µs for latency
+}
+
+// SweepResult holds the three series of a sweep.
+type SweepResult struct {
+	BWBySize, LatBySize, BWByQPs []Point
+}
+
+func (c *SweepConfig) defaults() {
+	if c.MinSize == 0 {
+		c.MinSize = 2
+	}
+	if c.MaxSize == 0 {
+		c.MaxSize = 8 << 20
+	}
+	if c.MaxLatSize == 0 {
+		c.MaxLatSize = 1 << 20
+	}
+	if c.QPSize == 0 {
+		c.QPSize = 65536
+	}
+	if c.QPs == nil {
+		for n := 1; n <= 1024; n *= 2 {
+			c.QPs = append(c.QPs, n)
+		}
+	}
+	if c.Bytes == 0 {
+		c.Bytes = 256 << 20
+	}
+	if c.LatIters == 0 {
+		c.LatIters = 200
+	}
+	if !c.Server.IsValid() {
+		c.Server, c.Client = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	}
+}
+
+// iters is the iteration count that moves about total bytes in messages
+// of size bytes on qps QPs, within perftest's bounds.
+func iters(total int64, size, qps int) int {
+	n := total / int64(size) / int64(qps)
+	return int(min(max(n, 5), 20000)) // above 20000 perftest drops the peak
+}
+
+// Sweep measures bandwidth and latency against message size, and
+// bandwidth against QP count, each point goroce then TCP in the same run,
+// and prints a table as it goes.
+func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
+	cfg.defaults()
+	srv, err := verbs.Open(verbs.Config{Addr: cfg.Server})
+	if err != nil {
+		return nil, fmt.Errorf("open server device: %w", err)
+	}
+	defer srv.Close()
+	cli, err := verbs.Open(verbs.Config{Addr: cfg.Client})
+	if err != nil {
+		return nil, fmt.Errorf("open client device: %w", err)
+	}
+	defer cli.Close()
+	tcfg := Config{Server: cfg.Server, Client: cfg.Client, QPs: 1, LatIters: cfg.LatIters}
+	bw := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
+	res := &SweepResult{}
+
+	fmt.Fprintf(out, " Bandwidth against message size (1 QP), goroce %s vs one TCP stream, same run\n", bw.Name())
+	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
+	for size := cfg.MinSize; size <= cfg.MaxSize; size *= 2 {
+		n := iters(cfg.Bytes, size, 1)
+		g, err := bwPoint(bw, size, n, 1, srv, cli)
+		if err != nil {
+			return nil, err
+		}
+		tc := tcfg
+		tc.QPs = 1
+		t, err := tcpBandwidth(tc, size, int64(size)*int64(n))
+		if err != nil {
+			return nil, err
+		}
+		res.BWBySize = append(res.BWBySize, Point{size, g, t})
+		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, n, g, t, g/t)
+	}
+
+	lat := perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}
+	fmt.Fprintf(out, "\n Latency against message size, goroce %s vs TCP ping-pong (t_typical, one way), same run\n", lat.Name())
+	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[usec]", "TCP[usec]", "ratio")
+	for size := cfg.MinSize; size <= cfg.MaxLatSize; size *= 2 {
+		args := []string{"-n", strconv.Itoa(cfg.LatIters), "-s", strconv.Itoa(size)}
+		o, err := pair(lat, args, srv, cli, io.Discard)
+		if err != nil {
+			return nil, err
+		}
+		g, err := lastColumn(o, 4)
+		if err != nil {
+			return nil, err
+		}
+		t, err := tcpLatencySize(tcfg, size)
+		if err != nil {
+			return nil, err
+		}
+		res.LatBySize = append(res.LatBySize, Point{size, g, t})
+		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, cfg.LatIters, g, t, g/t)
+	}
+
+	fmt.Fprintf(out, "\n Aggregate bandwidth against QP count (%d-byte messages), goroce vs as many TCP streams, same run\n", cfg.QPSize)
+	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
+	for _, q := range cfg.QPs {
+		n := iters(cfg.Bytes, cfg.QPSize, q)
+		g, err := bwPoint(bw, cfg.QPSize, n, q, srv, cli)
+		if err != nil {
+			return nil, err
+		}
+		tc := tcfg
+		tc.QPs = q
+		t, err := tcpBandwidth(tc, cfg.QPSize, int64(cfg.QPSize)*int64(n))
+		if err != nil {
+			return nil, err
+		}
+		res.BWByQPs = append(res.BWByQPs, Point{q, g, t})
+		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", q, n, g, t, g/t)
+	}
+	return res, nil
+}
+
+// bwPoint runs one perftest bandwidth test and returns its average.
+func bwPoint(t perftest.Test, size, n, qps int, srv, cli *verbs.Device) (float64, error) {
+	args := []string{"-s", strconv.Itoa(size), "-n", strconv.Itoa(n), "-q", strconv.Itoa(qps)}
+	o, err := pair(t, args, srv, cli, io.Discard)
+	if err != nil {
+		return 0, err
+	}
+	return lastColumn(o, 3)
+}
