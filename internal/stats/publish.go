@@ -60,23 +60,34 @@ func Publish(name string) (*Published, error) {
 	// The pid keeps apart devices of one address in different network
 	// namespaces, which share the run directory.
 	path := filepath.Join(dir, fileName(name+"."+strconv.Itoa(os.Getpid())))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	// The file is made whole under a temporary name and renamed into
+	// place: a reader (List, in another process) that maps a file shorter
+	// than the counters would die of SIGBUS.
+	tmp := path + ".new"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	size := headerLen + 8*int(NumCounters)
 	if err := f.Truncate(int64(size)); err != nil {
+		os.Remove(tmp)
 		return nil, err
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
+		os.Remove(tmp)
 		return nil, err
 	}
 	copy(mem, magic)
 	binary.NativeEndian.PutUint64(mem[8:], uint64(os.Getpid()))
 	binary.NativeEndian.PutUint64(mem[16:], uint64(NumCounters))
 	copy(mem[24:24+nameLen], name)
+	if err := os.Rename(tmp, path); err != nil {
+		unix.Munmap(mem)
+		os.Remove(tmp)
+		return nil, err
+	}
 	return &Published{Counters: fromBytes(mem[headerLen:]), path: path, mem: mem}, nil
 }
 
@@ -133,6 +144,11 @@ func read(path string) (Device, error) {
 	}
 	defer f.Close()
 	size := headerLen + 8*int(NumCounters)
+	// Never map past the end of the file (SIGBUS): files of an older
+	// layout, or not ours, may be shorter.
+	if fi, err := f.Stat(); err != nil || fi.Size() < int64(size) {
+		return Device{}, fmt.Errorf("stats: %s: not a counters file of this version", path)
+	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return Device{}, err

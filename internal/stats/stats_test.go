@@ -81,3 +81,26 @@ func writePID(t *testing.T, mem []byte, pid int) {
 	t.Helper()
 	binary.NativeEndian.PutUint64(mem[8:], uint64(pid))
 }
+
+// TestListShortFile: List must skip a file shorter than the counters (one
+// being created, or of another layout) rather than map past its end, which
+// would kill the process with SIGBUS.
+func TestListShortFile(t *testing.T) {
+	t.Setenv("GOROCE_RUN_DIR", t.TempDir())
+	p, err := Publish("goroce_short_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	short := filepath.Join(Dir(), fileName("goroce_other.1"))
+	if err := os.WriteFile(short, []byte(magic), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 1 || devs[0].Name != "goroce_short_test" {
+		t.Fatalf("List = %+v, want only the published device", devs)
+	}
+}
