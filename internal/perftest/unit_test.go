@@ -2,9 +2,12 @@ package perftest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -186,5 +189,31 @@ func TestBWMaths(t *testing.T) {
 	// The numbers of rc_write_64.client.txt, in perftest 6's row format.
 	if want := " 64         5                0.05               0.04   \t\t     0.000712\n"; b.String() != want {
 		t.Errorf("row %q, want %q", b.String(), want)
+	}
+}
+
+// TestJSONReport: --out_json_file gets perftest's keys, as valid JSON.
+func TestJSONReport(t *testing.T) {
+	file := t.TempDir() + "/out.json"
+	p, err := Parse(Tools["ib_write_bw"], []string{"--out_json_file", file, "-s", "4096"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.devName, p.mtuBytes, p.gidIndex = "goroce_127.0.0.1", 4096, 1
+	p.bwRow(io.Discard, BWReport{Size: 4096, Iters: 5000, BWPeak: 901.5, BWAvg: 850.25, MsgRate: 0.217664}, nil)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		TestInfo map[string]any `json:"test_info"`
+		Results  map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%v:\n%s", err, b)
+	}
+	if got.TestInfo["test"] != "RDMA_Write_BW_Test" || got.TestInfo["Device"] != "goroce_127.0.0.1" ||
+		got.Results["BW_average"] != 850.25 || got.Results["MsgSize"] != 4096.0 || got.Results["n_iterations"] != 5000.0 {
+		t.Errorf("JSON report:\n%s", b)
 	}
 }
