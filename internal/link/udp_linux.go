@@ -464,11 +464,15 @@ func interfaceIndex(addr netip.Addr) (int, error) {
 // wildcard address instead (and would then both clash with the devices
 // bound to port 4791 and receive their unicast packets).
 func listenGroup(a netip.AddrPort, o sockOpts) (*net.UDPConn, syscall.RawConn, error) {
-	family := unix.AF_INET
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().As4()}
+	// Each sockaddr is built only for its family: As4 panics on an IPv6
+	// address.
+	family := unix.AF_INET6
+	var sa unix.Sockaddr
 	if o.is6 {
-		family = unix.AF_INET6
 		sa = &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()}
+	} else {
+		family = unix.AF_INET
+		sa = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().As4()}
 	}
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {

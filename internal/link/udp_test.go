@@ -340,3 +340,22 @@ func TestUDPReadBatchKeepsBuffers(t *testing.T) {
 		t.Errorf("ICRCErrors = %d, want 4", s.ICRCErrors)
 	}
 }
+
+// TestGroupLinkFamilies opens a group link for an IPv4 and an IPv6 group
+// on loopback: each socket is built for its own family (an IPv6 group
+// once panicked in netip.Addr.As4).
+func TestGroupLinkFamilies(t *testing.T) {
+	for _, tc := range []struct{ group, iface string }{
+		{"239.192.0.9", "127.0.0.1"},
+		{"ff15::9", "::1"},
+	} {
+		t.Run(tc.group, func(t *testing.T) {
+			l, err := ListenUDP(UDPConfig{Addr: netip.AddrPortFrom(netip.MustParseAddr(tc.group), 0),
+				Interface: netip.MustParseAddr(tc.iface)})
+			if err != nil {
+				t.Fatalf("listen on %s via %s: %v", tc.group, tc.iface, err)
+			}
+			l.Close()
+		})
+	}
+}

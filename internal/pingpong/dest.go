@@ -11,7 +11,8 @@ import (
 )
 
 // dest is one side's address as the pingpong examples exchange it over TCP
-// (struct pingpong_dest in rdma-core's rc_pingpong.c).
+// (struct pingpong_dest in rdma-core's rc_pingpong.c, uc_pingpong.c and
+// ud_pingpong.c, which send it in the same message).
 type dest struct {
 	LID uint16
 	QPN uint32 // 24 bits
@@ -85,8 +86,14 @@ func parseWireGID(s string) (verbs.GID, error) {
 
 // String formats d as rc_pingpong prints an address, after the "local
 // address: " or "remote address: " label.
-func (d dest) String() string {
-	return fmt.Sprintf("LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s", d.LID, d.QPN, d.PSN, ntop6(d.GID))
+func (d dest) String() string { return d.format(", ") }
+
+// udLocalString formats d as ud_pingpong prints its local address: with
+// a colon before the GID where the remote address line has a comma.
+func (d dest) udLocalString() string { return d.format(": ") }
+
+func (d dest) format(gidSep string) string {
+	return fmt.Sprintf("LID 0x%04x, QPN 0x%06x, PSN 0x%06x%sGID %s", d.LID, d.QPN, d.PSN, gidSep, ntop6(d.GID))
 }
 
 // ntop6 formats a GID as glibc's inet_ntop(AF_INET6) does: the longest run

@@ -15,6 +15,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/goroce/goroce/internal/wire"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -96,12 +97,77 @@ func FuzzParseDest(f *testing.F) {
 	})
 }
 
-// TestPcapExchange checks the TCP payloads of a real ibv_rc_pingpong run
-// (-n 5 -s 64 between 198.18.0.2, the client, and 198.18.0.3) against
-// what marshal produces for the addresses the tools printed.
+// TestPcapExchange checks the TCP payloads of real runs of
+// ibv_rc_pingpong and ibv_ud_pingpong (-n 5 -s 64 between 198.18.0.2, the
+// client, and 198.18.0.3) against what marshal produces for the addresses
+// the tools printed: ud_pingpong sends the same message as rc_pingpong.
 func TestPcapExchange(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "pcaps")
-	f, err := os.Open(filepath.Join(dir, "rc_pingpong_64.pcap"))
+	for _, tc := range []struct {
+		name string
+		kind Kind
+	}{{"rc_pingpong_64", verbs.QPTypeRC}, {"ud_pingpong_64", verbs.QPTypeUD}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fromClient, fromServer, _ := readPcap(t, tc.name)
+			client, server := readOutputs(t, tc.name, tc.kind)
+			wantC, wantS := client[0].marshal(), server[0].marshal()
+			if got, want := bytes.Join(fromClient, nil), append(wantC[:], doneMsg...); !bytes.Equal(got, want) {
+				t.Errorf("client sent %q, want %q", got, want)
+			}
+			if got := bytes.Join(fromServer, nil); !bytes.Equal(got, wantS[:]) {
+				t.Errorf("server sent %q, want %q", got, wantS[:])
+			}
+			if len(fromClient) != 2 || len(fromServer) != 1 {
+				t.Errorf("segments: client %d, server %d; want 2 (address, done) and 1", len(fromClient), len(fromServer))
+			}
+		})
+	}
+}
+
+// TestPcapUDPingpong checks the datagrams of the real ibv_ud_pingpong run
+// against the addresses the tools exchanged, which is what ud_pingpong
+// builds its work requests from: each side sends SEND_ONLY datagrams to
+// the peer's exchanged QPN with the Q_Key 0x11111111 and its own QPN in
+// the DETH, PSNs counting up from the PSN it printed, 64 bytes each,
+// taking turns with the client first.
+func TestPcapUDPingpong(t *testing.T) {
+	_, _, roce := readPcap(t, "ud_pingpong_64")
+	client, server := readOutputs(t, "ud_pingpong_64", verbs.QPTypeUD)
+	if len(roce) != 10 {
+		t.Fatalf("%d RoCE packets, want 10 (5 round trips)", len(roce))
+	}
+	for i, pkt := range roce {
+		from, to := client, server
+		if i%2 == 1 {
+			from, to = server, client
+		}
+		bth, deth := wire.BTH(pkt.b), wire.DETH(pkt.b[wire.BTHLen:])
+		if got, want := pkt.src, ntop6(from[0].GID); "::ffff:"+got != want {
+			t.Errorf("packet %d from %s, want %s", i, got, want)
+		}
+		if op := bth.Opcode(); op.Transport() != wire.UD || op.Op() != wire.OpSendOnly || bth.DestQP() != to[0].QPN || bth.PSN() != (from[0].PSN+uint32(i/2))&0xffffff {
+			t.Errorf("packet %d: %v to QP %#x PSN %#x; want UD SEND_ONLY to %#x PSN %#x",
+				i, bth.Opcode(), bth.DestQP(), bth.PSN(), to[0].QPN, from[0].PSN+uint32(i/2))
+		}
+		if deth.QKey() != udQKey || deth.SrcQP() != from[0].QPN {
+			t.Errorf("packet %d: Q_Key %#x from QP %#x; want %#x from %#x", i, deth.QKey(), deth.SrcQP(), udQKey, from[0].QPN)
+		}
+		if n := len(pkt.b) - wire.BTHLen - wire.DETHLen - wire.ICRCLen; n != 64 {
+			t.Errorf("packet %d: %d payload bytes, want 64", i, n)
+		}
+	}
+}
+
+// rocePacket is the UDP payload of a RoCEv2 packet and its IPv4 source.
+type rocePacket struct {
+	b   []byte
+	src string
+}
+
+// readPcap returns the TCP payloads the client and the server of a
+// recorded pingpong run sent, in order, and its RoCEv2 packets.
+func readPcap(t *testing.T, name string) (fromClient, fromServer [][]byte, roce []rocePacket) {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "testdata", "pcaps", name+".pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,9 +176,16 @@ func TestPcapExchange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fromClient, fromServer [][]byte
 	src := gopacket.NewPacketSource(r, r.LinkType())
 	for pkt := range src.PacketsCtx(t.Context()) {
+		if udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP); udp != nil && udp.DstPort == 4791 {
+			ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+			if ip == nil {
+				t.Fatalf("%s: a RoCEv2 packet without an IPv4 header", name)
+			}
+			roce = append(roce, rocePacket{udp.Payload, ip.SrcIP.String()})
+			continue
+		}
 		tcp, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
 		if tcp == nil || len(tcp.Payload) == 0 {
 			continue
@@ -124,26 +197,25 @@ func TestPcapExchange(t *testing.T) {
 			fromServer = append(fromServer, tcp.Payload)
 		}
 	}
-	client := readAddresses(t, filepath.Join(dir, "rc_pingpong_64.client.txt"))
-	server := readAddresses(t, filepath.Join(dir, "rc_pingpong_64.server.txt"))
+	return fromClient, fromServer, roce
+}
+
+// readOutputs reads the addresses the client and the server of a
+// recorded run printed, [local, remote] each, and checks that they mirror.
+func readOutputs(t *testing.T, name string, kind Kind) (client, server [2]dest) {
+	t.Helper()
+	dir := filepath.Join("..", "..", "testdata", "pcaps")
+	client = readAddresses(t, filepath.Join(dir, name+".client.txt"), kind)
+	server = readAddresses(t, filepath.Join(dir, name+".server.txt"), kind)
 	if client[0] != server[1] || client[1] != server[0] {
 		t.Fatalf("client printed %+v, server %+v: they should mirror", client, server)
 	}
-	wantC, wantS := client[0].marshal(), server[0].marshal()
-	if got, want := bytes.Join(fromClient, nil), append(wantC[:], doneMsg...); !bytes.Equal(got, want) {
-		t.Errorf("client sent %q, want %q", got, want)
-	}
-	if got := bytes.Join(fromServer, nil); !bytes.Equal(got, wantS[:]) {
-		t.Errorf("server sent %q, want %q", got, wantS[:])
-	}
-	if len(fromClient) != 2 || len(fromServer) != 1 {
-		t.Errorf("segments: client %d, server %d; want 2 (address, done) and 1", len(fromClient), len(fromServer))
-	}
+	return client, server
 }
 
-// readAddresses parses the local and remote address lines a real
-// rc_pingpong printed, checking that String reproduces each line.
-func readAddresses(t *testing.T, path string) [2]dest {
+// readAddresses parses the local and remote address lines a real tool
+// printed, checking that goroce formats each line the same way.
+func readAddresses(t *testing.T, path string, kind Kind) [2]dest {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -157,11 +229,15 @@ func readAddresses(t *testing.T, path string) [2]dest {
 			if !ok {
 				continue
 			}
-			d, err := parseAddressLine(rest)
+			d, _, err := parseAddressLine(rest)
 			if err != nil {
 				t.Fatalf("%s: %q: %v", path, line, err)
 			}
-			if got := label + d.String(); got != line {
+			got := label + d.String()
+			if i == 0 && kind == verbs.QPTypeUD {
+				got = label + d.udLocalString()
+			}
+			if got != line {
 				t.Errorf("%s: formatted %q, tool printed %q", path, got, line)
 			}
 			out[i] = d

@@ -9,9 +9,19 @@ import (
 	"testing"
 )
 
-// parseAddressLine reads what follows "local address: " in rc_pingpong's
-// output.
-func parseAddressLine(s string) (dest, error) {
+// parseAddressLine reads what follows "local address: " in the output of
+// rc_pingpong, or of ud_pingpong, which has a colon before the GID in its
+// local address line; it returns the separator it found: ", " or ": ".
+func parseAddressLine(s string) (dest, string, error) {
+	sep := ", "
+	if strings.Contains(s, ": GID ") {
+		sep, s = ": ", strings.Replace(s, ": GID ", ", GID ", 1)
+	}
+	d, err := scanAddress(s)
+	return d, sep, err
+}
+
+func scanAddress(s string) (dest, error) {
 	var d dest
 	var g string
 	if _, err := fmt.Sscanf(s, "LID 0x%x, QPN 0x%x, PSN 0x%x, GID %s", &d.LID, &d.QPN, &d.PSN, &g); err != nil {
@@ -25,9 +35,11 @@ func parseAddressLine(s string) (dest, error) {
 	return d, nil
 }
 
-// output is rc_pingpong's output, parsed.
+// output is the output of rc_pingpong, uc_pingpong or ud_pingpong,
+// parsed.
 type output struct {
 	local, remote dest
+	localSep      string // before the GID in the local address line: ", ", or ": " from ud_pingpong
 	bytes         int64
 	iters         int
 	seconds       float64
@@ -52,8 +64,14 @@ func parseOutput(t *testing.T, who, out string) output {
 		if !ok {
 			t.Fatalf("%s line %d = %q, want it to start with %q", who, i+1, lines[i], x.label)
 		}
-		if *x.d, err = parseAddressLine(rest); err != nil {
+		var sep string
+		if *x.d, sep, err = parseAddressLine(rest); err != nil {
 			t.Fatalf("%s line %d = %q: %v", who, i+1, lines[i], err)
+		}
+		if i == 0 {
+			o.localSep = sep
+		} else if sep != ", " {
+			t.Errorf("%s line 2 = %q: want \", GID\" in every tool's remote address line", who, lines[i])
 		}
 	}
 	var secs2 float64

@@ -13,9 +13,10 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// options are rc_pingpong's settings, with rdma-core's defaults.
+// options are the settings of rc_pingpong, uc_pingpong or ud_pingpong,
+// with rdma-core's defaults.
 type options struct {
-	kind     verbs.QPType // RC or UC
+	kind     verbs.QPType // RC, UC or UD
 	port     uint16       // -p: TCP port of the address exchange
 	dev      netip.Addr   // -d: the goroce device, named by the IP address it binds
 	ibPort   int          // -i
@@ -43,9 +44,13 @@ type options struct {
 	printCounters bool
 }
 
-func defaultOptions() options {
-	return options{
-		kind:    verbs.QPTypeRC,
+// defaultOptions returns the defaults of the tool for kind. ud_pingpong's
+// message size is 1024 bytes (its usage text says 2048, but main sets
+// 1024), the others' 4096; ud_pingpong has no -m, since a UD QP has no
+// path MTU.
+func defaultOptions(kind Kind) options {
+	o := options{
+		kind:    kind,
 		port:    18515,
 		dev:     netip.AddrFrom4([4]byte{127, 0, 0, 1}),
 		ibPort:  1,
@@ -56,10 +61,15 @@ func defaultOptions() options {
 		gidIdx:  -1,
 		timeout: 5 * time.Second,
 	}
+	if kind == verbs.QPTypeUD {
+		o.size, o.mtu = 1024, 0
+	}
+	return o
 }
 
-// The options of rc_pingpong.c (optstring "p:d:i:s:m:r:n:l:eg:oOPtcjNU"),
-// plus goroce's long-only --timeout and --fault.
+// The options of rc_pingpong.c and uc_pingpong.c (optstring
+// "p:d:i:s:m:r:n:l:eg:oOPtcjNU"), plus goroce's long-only --timeout and
+// --fault.
 var optSpecs = []getopt.Spec{
 	getopt.Arg('p', "port"), getopt.Arg('d', "ib-dev"), getopt.Arg('i', "ib-port"), getopt.Arg('s', "size"),
 	getopt.Arg('m', "mtu"), getopt.Arg('r', "rx-depth"), getopt.Arg('n', "iters"), getopt.Arg('l', "sl"),
@@ -69,16 +79,28 @@ var optSpecs = []getopt.Spec{
 	getopt.Arg(0, "fault"),
 }
 
+// The options of ud_pingpong.c (optstring "p:d:i:s:r:n:l:eg:c"), plus
+// --timeout and --fault.
+var udOptSpecs = []getopt.Spec{
+	getopt.Arg('p', "port"), getopt.Arg('d', "ib-dev"), getopt.Arg('i', "ib-port"), getopt.Arg('s', "size"),
+	getopt.Arg('r', "rx-depth"), getopt.Arg('n', "iters"), getopt.Arg('l', "sl"), getopt.Flag('e', "events"),
+	getopt.Arg('g', "gid-idx"), getopt.Flag('c', "chk"), getopt.Arg(0, "timeout"), getopt.Arg(0, "fault"),
+}
+
 // errUsage means an option's argument was wrong; the caller prints the
 // usage, as for any other command-line error.
 var errUsage = errors.New("invalid argument")
 
-// parseOptions parses rc_pingpong's command line (without the program
-// name). Numbers are read as strtol does with base 0: decimal, 0x hex or
-// 0 octal; unlike strtol, trailing junk is an error.
-func parseOptions(args []string) (options, error) {
-	o := defaultOptions()
-	opts, operands, err := getopt.Parse(args, optSpecs)
+// parseOptions parses the command line (without the program name) of the
+// tool for kind. Numbers are read as strtol does with base 0: decimal, 0x
+// hex or 0 octal; unlike strtol, trailing junk is an error.
+func parseOptions(kind Kind, args []string) (options, error) {
+	o := defaultOptions(kind)
+	specs := optSpecs
+	if kind == verbs.QPTypeUD {
+		specs = udOptSpecs
+	}
+	opts, operands, err := getopt.Parse(args, specs)
 	if err != nil {
 		return o, err
 	}
@@ -207,8 +229,9 @@ func (o *options) unsupported() error {
 	return nil
 }
 
-// usage prints the help text on stdout, where rc_pingpong prints it.
-func usage(w io.Writer, argv0 string) {
+// usage prints the help text of the tool for kind on stdout, where
+// rdma-core's tools print it.
+func usage(w io.Writer, kind Kind, argv0 string) {
 	fmt.Fprintf(w, `Usage:
   %[1]s [options]          run the server: wait for one client
   %[1]s [options] <host>   run the client: connect to the server on <host>
@@ -219,16 +242,26 @@ Options:
                           port 4791 (default 127.0.0.1); two processes on
                           one host need two addresses, e.g. 127.0.0.2
   -i, --ib-port=<port>    device port (default 1, the only one)
-  -s, --size=<bytes>      message size (default 4096)
+`, argv0)
+	if kind == verbs.QPTypeUD {
+		io.WriteString(w, `  -s, --size=<bytes>      message size, at most the port's active MTU
+                          (default 1024)
+`)
+	} else {
+		io.WriteString(w, `  -s, --size=<bytes>      message size (default 4096)
   -m, --mtu=<bytes>       path MTU: 256, 512, 1024, 2048 or 4096 (default 1024)
-  -r, --rx-depth=<n>      receives kept posted (default 500)
+`)
+	}
+	io.WriteString(w, `  -r, --rx-depth=<n>      receives kept posted (default 500)
   -n, --iters=<n>         round trips (default 1000)
   -l, --sl=<sl>           service level (default 0)
   -e, --events            sleep on CQ events rather than poll
   -g, --gid-idx=<index>   local GID index (default: the GID of the
                           device's own address)
   -c, --chk               check every byte of every received message
-  -N, --new_send          post SENDs as with the ibv_wr_* API (goroce has
+`)
+	if kind != verbs.QPTypeUD {
+		io.WriteString(w, `  -N, --new_send          post SENDs as with the ibv_wr_* API (goroce has
                           one posting path; the SENDs are the same)
   -o, --odp               on-demand paging: not supported by goroce
   -O, --iodp              implicit on-demand paging: not supported
@@ -236,15 +269,17 @@ Options:
   -t, --ts                completion timestamps: not supported
   -j, --dm                device memory: not supported
   -U, --allow-cc-unprotected  CoCo unprotected memory: not supported
-      --timeout=<dur>     fail when the peer is silent this long during the
+`)
+	}
+	io.WriteString(w, `      --timeout=<dur>     fail when the peer is silent this long during the
                           exchange or the ping-pong (default 5s); the server
                           waits for its client without limit
       --fault=<spec>      inject faults into this process's packets: see
                           docs/FAULT.md, e.g.
-                          'reorder=25%%,dup=1%%,delay=1ms,seed=7'
+                          'reorder=25%,dup=1%,delay=1ms,seed=7'
 
 Environment:
   GOROCE_PRINT_COUNTERS=1  print the device's counters on stderr at exit,
                            in one line: "counters: name=value ..."
-`, argv0)
+`)
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func TestParseOptions(t *testing.T) {
-	def := defaultOptions()
+	def := defaultOptions(verbs.QPTypeRC)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -45,7 +45,7 @@ func TestParseOptions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			want := def
 			tc.want(&want)
-			got, err := parseOptions(tc.args)
+			got, err := parseOptions(verbs.QPTypeRC, tc.args)
 			if err != nil {
 				t.Fatalf("parseOptions(%q): %v", tc.args, err)
 			}
@@ -79,7 +79,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{[]string{"--fault", "reorder=25%,bogus=1"}, `unknown key "bogus"`},
 		{[]string{"--fault"}, "option '--fault' requires an argument"},
 	} {
-		_, err := parseOptions(tc.args)
+		_, err := parseOptions(verbs.QPTypeRC, tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseOptions(%q) = %v, want an error containing %q", tc.args, err, tc.want)
 		}
@@ -122,7 +122,108 @@ func TestUsage(t *testing.T) {
 	if got := stderr.String(); got != "rc_pingpong: invalid option -- 'h'\n" {
 		t.Errorf("stderr %q", got)
 	}
-	if !errors.Is(func() error { _, err := parseOptions([]string{"-s", "x"}); return err }(), errUsage) {
+	if !errors.Is(func() error { _, err := parseOptions(verbs.QPTypeRC, []string{"-s", "x"}); return err }(), errUsage) {
 		t.Error("a bad number is not an errUsage")
+	}
+}
+
+// TestParseOptionsUD checks ud_pingpong's command line: optstring
+// "p:d:i:s:r:n:l:eg:c", a default size of 1024, and none of rc_pingpong's
+// -m, -N or memory options.
+func TestParseOptionsUD(t *testing.T) {
+	def := defaultOptions(verbs.QPTypeUD)
+	if def.size != 1024 || def.kind != verbs.QPTypeUD || def.rxDepth != 500 || def.iters != 1000 || def.port != 18515 {
+		t.Fatalf("defaults %+v: want size 1024, UD, rx-depth 500, 1000 iters, port 18515", def)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want func(o *options)
+	}{
+		{"defaults", nil, func(o *options) {}},
+		{"short", []string{"-p", "1234", "-d", "127.0.0.2", "-i", "1", "-s", "64", "-r", "10", "-n", "5",
+			"-l", "3", "-e", "-g", "1", "-c", "host"}, func(o *options) {
+			o.port, o.dev, o.size, o.rxDepth, o.iters, o.sl, o.events, o.gidIdx, o.chk, o.server =
+				1234, netip.MustParseAddr("127.0.0.2"), 64, 10, 5, 3, true, 1, true, "host"
+		}},
+		{"long forms", []string{"--size=64", "--iters", "5", "--rx-depth=7", "--sl=2", "--events", "--chk", "--gid-idx=0", "--ib-port=1"}, func(o *options) {
+			o.size, o.iters, o.rxDepth, o.sl, o.events, o.chk, o.gidIdx = 64, 5, 7, 2, true, true, 0
+		}},
+		{"abbreviated", []string{"--si=64", "--ev", "--ite=3"}, func(o *options) { o.size, o.events, o.iters = 64, true, 3 }},
+		{"timeout and fault", []string{"--timeout=1s", "--fault=drop=1%"}, func(o *options) { o.timeout, o.fault = time.Second, "drop=1%" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := def
+			tc.want(&want)
+			got, err := parseOptions(verbs.QPTypeUD, tc.args)
+			if err != nil {
+				t.Fatalf("parseOptions(%q): %v", tc.args, err)
+			}
+			if got != want {
+				t.Fatalf("parseOptions(%q)\n got %+v\nwant %+v", tc.args, got, want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-m", "1024"}, "invalid option -- 'm'"},
+		{[]string{"--mtu=1024"}, "unrecognized option '--mtu'"},
+		{[]string{"-N"}, "invalid option -- 'N'"},
+		{[]string{"--new_send"}, "unrecognized option '--new_send'"},
+		{[]string{"-o"}, "invalid option -- 'o'"},
+		{[]string{"-O"}, "invalid option -- 'O'"},
+		{[]string{"-P"}, "invalid option -- 'P'"},
+		{[]string{"-t"}, "invalid option -- 't'"},
+		{[]string{"-j"}, "invalid option -- 'j'"},
+		{[]string{"-U"}, "invalid option -- 'U'"},
+		{[]string{"--i=1"}, "option '--i' is ambiguous"},
+		{[]string{"-s", "-1"}, "want an integer in 0..2147483648"},
+		{[]string{"-p", "65536"}, "want an integer in 0..65535"},
+		{[]string{"-d", "rxe0"}, "goroce names a device by the IP address it binds"},
+		{[]string{"h1", "h2"}, "more than one host"},
+	} {
+		_, err := parseOptions(verbs.QPTypeUD, tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseOptions(UD, %q) = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestUsageUD(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Run(context.Background(), verbs.QPTypeUD, "ud_pingpong", []string{"-m", "1024"}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	u := stdout.String()
+	if !strings.HasPrefix(u, "Usage:\n  ud_pingpong [options]          run the server") ||
+		!strings.Contains(u, "(default 1024)") || !strings.Contains(u, "at most the port's active MTU") {
+		t.Errorf("usage text:\n%s", u)
+	}
+	for _, absent := range []string{"--mtu", "--new_send", "--odp", "--iodp", "--prefetch", "--ts", "--dm", "--allow-cc-unprotected", "%!"} {
+		if strings.Contains(u, absent) {
+			t.Errorf("ud_pingpong usage mentions %q:\n%s", absent, u)
+		}
+	}
+	for _, opt := range []string{"--port", "--ib-dev", "--ib-port", "--size", "--rx-depth", "--iters", "--sl", "--events", "--gid-idx", "--chk", "--timeout", "--fault", "'reorder=25%,dup=1%,delay=1ms,seed=7'"} {
+		if !strings.Contains(u, opt) {
+			t.Errorf("ud_pingpong usage lacks %q", opt)
+		}
+	}
+	if got := stderr.String(); got != "ud_pingpong: invalid option -- 'm'\n" {
+		t.Errorf("stderr %q", got)
+	}
+	stdout.Reset()
+	run(context.Background(), "rc_pingpong", []string{"-h"}, &stdout, &stderr)
+	if u := stdout.String(); !strings.Contains(u, "--mtu") || !strings.Contains(u, "'reorder=25%,dup=1%,delay=1ms,seed=7'") || strings.Contains(u, "%!") {
+		t.Errorf("rc_pingpong usage:\n%s", u)
+	}
+}
+
+func TestRunKinds(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Run(context.Background(), verbs.QPType(9), "x", nil, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "no ping-pong over") {
+		t.Errorf("XRC: exit %d, stderr %q; want 1 and an error", code, stderr.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/goroce/goroce/internal/wire"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -20,11 +21,14 @@ const (
 // pingpong is one side's verbs objects and ping-pong state (struct
 // pingpong_context). One goroutine drives it.
 //
-// Unlike rc_pingpong, which sends from and receives into one buffer, the
-// region is split in two: SENDs go out of the first half and RECVs land in
-// the second. The bytes on the wire are the same; the split lets -c poison
-// the receive half after checking it, so a RECV that completes without its
-// data arriving is caught too.
+// Unlike rdma-core's tools, which send from and receive into one buffer,
+// the region is split in two: SENDs go out of the first half and RECVs
+// land in the second. The bytes on the wire are the same; the split lets
+// -c poison the receive half after checking it, so a RECV that completes
+// without its data arriving is caught too. On UD the receive half is 40
+// bytes longer: a UD receive starts with the 40-byte GRH, which on
+// RoCEv2 holds the packet's IP header (IBA 9.8; rxe and goroce's
+// transport write it whether or not the sender's AH had one).
 type pingpong struct {
 	dev *verbs.Device
 	pd  *verbs.PD
@@ -32,6 +36,11 @@ type pingpong struct {
 	ch  *verbs.CompChannel
 	cq  *verbs.CQ
 	qp  *verbs.QP
+	ah  *verbs.AH // UD: the peer's address, made by connect
+
+	kind      Kind
+	grh       int    // bytes before the payload in a receive: 40 on UD, else 0
+	remoteQPN uint32 // UD: the peer's QPN, for the DETH check of -c
 
 	size      int
 	rxDepth   int
@@ -61,7 +70,7 @@ func newPingpong(o *options) (p *pingpong, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open device %v: %w", o.dev, err)
 	}
-	p = &pingpong{dev: dev, size: o.size, rxDepth: o.rxDepth, iters: o.iters, sendFlags: verbs.SendSignaled,
+	p = &pingpong{dev: dev, kind: o.kind, size: o.size, rxDepth: o.rxDepth, iters: o.iters, sendFlags: verbs.SendSignaled,
 		events: o.events, timeout: o.timeout, chk: o.chk, ch: verbs.NewCompChannel(), timer: time.NewTimer(time.Hour)}
 	p.timer.Stop()
 	defer func() {
@@ -69,10 +78,19 @@ func newPingpong(o *options) (p *pingpong, err error) {
 			p.close()
 		}
 	}()
+	if o.kind == verbs.QPTypeUD {
+		p.grh = wire.GRHLen
+		// IBA C10-93.1.1 as rxe applies it: a UD message is one packet,
+		// and a longer one completes without being sent; ud_pingpong
+		// refuses such a size before it starts.
+		if mtu := dev.QueryPort().ActiveMTU.Bytes(); o.size > mtu {
+			return p, fmt.Errorf("requested size %d is larger than the port's active MTU %d: a UD message is one packet", o.size, mtu)
+		}
+	}
 	if p.pd, err = dev.AllocPD(); err != nil {
 		return p, fmt.Errorf("alloc PD: %w", err)
 	}
-	buf := make([]byte, 2*o.size)
+	buf := make([]byte, 2*o.size+p.grh)
 	p.sendBuf, p.recvBuf = buf[:o.size:o.size], buf[o.size:]
 	if o.chk {
 		p.want = make([]byte, o.size)
@@ -98,15 +116,20 @@ func newPingpong(o *options) (p *pingpong, err error) {
 	if _, init := p.qp.Query(); init.Cap.MaxInlineData >= o.size {
 		p.sendFlags |= verbs.SendInline
 	}
-	err = p.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PKeyIndex: 0, PortNum: uint8(o.ibPort)},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
-	if err != nil {
+	init, mask := verbs.QPAttr{State: verbs.QPSInit, PKeyIndex: 0, PortNum: uint8(o.ibPort)},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags
+	if o.kind == verbs.QPTypeUD {
+		// A UD QP takes a Q_Key instead of access flags at RESET→INIT
+		// (IBA 10.2.5, ibv_modify_qp); ud_pingpong's is 0x11111111.
+		init.QKey, mask = udQKey, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey
+	}
+	if err = p.qp.Modify(&init, mask); err != nil {
 		return p, fmt.Errorf("QP to INIT: %w", err)
 	}
 	p.sendWR[0] = verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, Flags: p.sendFlags,
 		SGL: []verbs.SGE{p.mr.SGE(0, o.size)}}
 	p.recvWRs = make([]verbs.RecvWR, o.rxDepth)
-	sge := []verbs.SGE{p.mr.SGE(o.size, o.size)}
+	sge := []verbs.SGE{p.mr.SGE(o.size, p.grh+o.size)}
 	for i := range p.recvWRs {
 		p.recvWRs[i] = verbs.RecvWR{WRID: recvWRID, SGL: sge}
 	}
@@ -117,6 +140,9 @@ func newPingpong(o *options) (p *pingpong, err error) {
 func (p *pingpong) close() {
 	if p.qp != nil {
 		p.qp.Destroy()
+	}
+	if p.ah != nil {
+		p.ah.Destroy()
 	}
 	if p.cq != nil {
 		p.cq.Destroy()
@@ -137,8 +163,11 @@ func (p *pingpong) connect(o *options, myPSN uint32, remote dest) error {
 	if [8]byte(remote.GID[8:]) == [8]byte{} {
 		return fmt.Errorf("remote GID %s has no interface ID: RoCE needs the peer's GID (run it with -g)", ntop6(remote.GID))
 	}
-	if o.kind == verbs.QPTypeUC {
+	switch o.kind {
+	case verbs.QPTypeUC:
 		return p.connectUC(o, myPSN, remote)
+	case verbs.QPTypeUD:
+		return p.connectUD(o, myPSN, remote)
 	}
 	attr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: o.mtu, DestQPN: remote.QPN, RQPSN: remote.PSN,
 		MaxDestRdAtomic: 1, MinRNRTimer: 12,
@@ -172,6 +201,36 @@ func (p *pingpong) connectUC(o *options, myPSN uint32, remote dest) error {
 	if err := p.qp.Modify(&attr, verbs.AttrState|verbs.AttrSQPSN); err != nil {
 		return fmt.Errorf("QP to RTS: %w", err)
 	}
+	return nil
+}
+
+// udQKey is the Q_Key of ud_pingpong's QPs and of every datagram they
+// send.
+const udQKey = 0x11111111
+
+// connectUD is connect for ud_pingpong (its pp_connect_ctx): the QP goes
+// to RTR with the state alone and to RTS with the send PSN (a UD QP has
+// no peer, so ibv_modify_qp takes no path attributes for it), then an address
+// handle to the peer carries what RC and UC put in the QP's AV, with
+// ud_pingpong's hop limit of 64. Every SEND names the peer's QPN and the
+// Q_Key.
+func (p *pingpong) connectUD(o *options, myPSN uint32, remote dest) error {
+	attr := verbs.QPAttr{State: verbs.QPSRTR}
+	if err := p.qp.Modify(&attr, verbs.AttrState); err != nil {
+		return fmt.Errorf("QP to RTR: %w", err)
+	}
+	attr.State, attr.SQPSN = verbs.QPSRTS, myPSN
+	if err := p.qp.Modify(&attr, verbs.AttrState|verbs.AttrSQPSN); err != nil {
+		return fmt.Errorf("QP to RTS: %w", err)
+	}
+	ah, err := p.pd.CreateAH(verbs.AHAttr{IsGlobal: true, HopLimit: 64, DGID: remote.GID,
+		SGIDIndex: uint8(o.gidIdx), SL: uint8(o.sl), PortNum: uint8(o.ibPort)})
+	if err != nil {
+		return fmt.Errorf("create AH: %w", err)
+	}
+	p.ah, p.remoteQPN = ah, remote.QPN
+	w := &p.sendWR[0]
+	w.AH, w.RemoteQPN, w.RemoteQKey = ah, remote.QPN, udQKey
 	return nil
 }
 
@@ -369,17 +428,25 @@ func (p *pingpong) timedOut() error {
 // for the next one. Each message must carry the pattern the client and
 // server both send, or, from an rdma-core peer, rdma-core's: 0x7b with a
 // zero at the start of each page.
+//
+// On UD the byte count includes the 40-byte GRH before the payload, and
+// the datagram must come from the peer's QP with a GRH.
 func (p *pingpong) check(wc *verbs.WC) error {
-	if int(wc.ByteLen) != p.size {
-		return fmt.Errorf("-c: message %d has %d bytes, want %d", p.rcnt+1, wc.ByteLen, p.size)
+	if int(wc.ByteLen) != p.grh+p.size {
+		return fmt.Errorf("-c: message %d has %d bytes, want %d", p.rcnt+1, wc.ByteLen, p.grh+p.size)
 	}
-	if !bytes.Equal(p.recvBuf, p.want) && !rdmaCorePattern(p.recvBuf) {
+	if p.kind == verbs.QPTypeUD && (wc.SrcQP != p.remoteQPN || wc.Flags&verbs.WCGRH == 0) {
+		return fmt.Errorf("-c: datagram %d from QP 0x%06x (GRH %t), want one from the peer's QP 0x%06x with a GRH",
+			p.rcnt+1, wc.SrcQP, wc.Flags&verbs.WCGRH != 0, p.remoteQPN)
+	}
+	got := p.recvBuf[p.grh:]
+	if !bytes.Equal(got, p.want) && !rdmaCorePattern(got) {
 		i := 0
-		for p.recvBuf[i] == p.want[i] {
+		for got[i] == p.want[i] {
 			i++
 		}
 		return fmt.Errorf("-c: invalid data in message %d: byte %d of %d is 0x%02x, want 0x%02x",
-			p.rcnt+1, i, p.size, p.recvBuf[i], p.want[i])
+			p.rcnt+1, i, p.size, got[i], p.want[i])
 	}
 	poison(p.recvBuf)
 	return nil

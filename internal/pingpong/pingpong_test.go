@@ -48,13 +48,24 @@ type result struct {
 // start runs rc_pingpong with args in a goroutine; wait for the result on
 // the channel. The returned buffer is its stdout.
 func start(ctx context.Context, args ...string) (*syncBuffer, <-chan result) {
+	return startKind(ctx, verbs.QPTypeRC, args...)
+}
+
+// startKind is start for the tool of kind: rc_pingpong, uc_pingpong or
+// ud_pingpong.
+func startKind(ctx context.Context, kind Kind, args ...string) (*syncBuffer, <-chan result) {
 	out, errs := newSyncBuffer(), newSyncBuffer()
 	ch := make(chan result, 1)
 	go func() {
-		code := run(ctx, "rc_pingpong", args, out, errs)
+		code := Run(ctx, kind, toolName(kind), args, out, errs)
 		ch <- result{code, out.String(), errs.String()}
 	}()
 	return out, ch
+}
+
+// toolName is the name of the tool for kind.
+func toolName(kind Kind) string {
+	return map[Kind]string{verbs.QPTypeRC: "rc_pingpong", verbs.QPTypeUC: "uc_pingpong", verbs.QPTypeUD: "ud_pingpong"}[kind]
 }
 
 func await(t *testing.T, who string, ch <-chan result, within time.Duration) result {
@@ -68,17 +79,23 @@ func await(t *testing.T, who string, ch <-chan result, within time.Duration) res
 	}
 }
 
-// pair runs a server on 127.0.0.1 and a client on 127.0.0.2.
+// pair runs an rc_pingpong server on 127.0.0.1 and a client on 127.0.0.2.
 func pair(t *testing.T, ctx context.Context, srvArgs, cliArgs []string) (srv, cli result) {
 	t.Helper()
+	return pairKind(t, ctx, verbs.QPTypeRC, srvArgs, cliArgs)
+}
+
+// pairKind is pair for the tool of kind.
+func pairKind(t *testing.T, ctx context.Context, kind Kind, srvArgs, cliArgs []string) (srv, cli result) {
+	t.Helper()
 	port := fmt.Sprint(freePort(t))
-	out, srvCh := start(ctx, append([]string{"-d", "127.0.0.1", "-p", port}, srvArgs...)...)
+	out, srvCh := startKind(ctx, kind, append([]string{"-d", "127.0.0.1", "-p", port}, srvArgs...)...)
 	select {
 	case <-out.ready:
 	case r := <-srvCh:
 		t.Fatalf("server exited with %d before listening: %s", r.code, r.stderr)
 	}
-	_, cliCh := start(ctx, append([]string{"--ib-dev=127.0.0.2", "--port", port}, append(cliArgs, "127.0.0.1")...)...)
+	_, cliCh := startKind(ctx, kind, append([]string{"--ib-dev=127.0.0.2", "--port", port}, append(cliArgs, "127.0.0.1")...)...)
 	cli = await(t, "client", cliCh, 2*time.Minute)
 	srv = await(t, "server", srvCh, 2*time.Minute)
 	return srv, cli
@@ -104,21 +121,77 @@ func TestInProcess(t *testing.T) {
 			}
 			s, c := parseOutput(t, "server", srv.stdout), parseOutput(t, "client", cli.stdout)
 			checkPair(t, s, c, tc.size, tc.iters, "127.0.0.1", "127.0.0.2")
+			if s.localSep != ", " || c.localSep != ", " {
+				t.Errorf("local address lines %q, %q: want \", GID\" as rc_pingpong prints", srv.stdout, cli.stdout)
+			}
 			t.Logf("server: %s", strings.Split(srv.stdout, "\n")[3])
 		})
 	}
 	checkGoroutines(t, base)
 }
 
+// TestInProcessUD runs ud_pingpong's server and client in this process:
+// messages up to the loopback port's active MTU (4096), checked with -c,
+// polling and with events, at the default size and at sizes of 0 and 1.
+func TestInProcessUD(t *testing.T) {
+	base := runtime.NumGoroutine()
+	for _, tc := range []struct {
+		name     string
+		srv, cli []string
+		size     int
+		iters    int
+	}{
+		{"poll mtu", []string{"-s", "4096", "-n", "300", "-c"}, []string{"--size=4096", "--iters", "300", "--chk"}, 4096, 300},
+		{"events", []string{"-e", "-s1000", "-n200", "-c", "-r", "16"}, []string{"-ecs", "1000", "-n", "200", "--rx-depth=16"}, 1000, 200},
+		{"default size", []string{"-n", "100", "-c"}, []string{"-n", "100", "-c", "-l", "3"}, 1024, 100},
+		{"tiny", []string{"-s", "1", "-n", "100", "-r", "2", "-c"}, []string{"-s", "1", "-n", "100", "-r", "2", "-c"}, 1, 100},
+		{"empty", []string{"-s", "0", "-n", "20", "-c"}, []string{"-s", "0", "-n", "20", "-c"}, 0, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, cli := pairKind(t, t.Context(), verbs.QPTypeUD, tc.srv, tc.cli)
+			if srv.code != 0 || cli.code != 0 {
+				t.Fatalf("server exit %d: %s%s\nclient exit %d: %s%s", srv.code, srv.stdout, srv.stderr, cli.code, cli.stdout, cli.stderr)
+			}
+			s, c := parseOutput(t, "server", srv.stdout), parseOutput(t, "client", cli.stdout)
+			checkPair(t, s, c, tc.size, tc.iters, "127.0.0.1", "127.0.0.2")
+			if s.localSep != ": " || c.localSep != ": " {
+				t.Errorf("local address lines %q, %q: want \": GID\" as ud_pingpong prints", srv.stdout, cli.stdout)
+			}
+			if srv.stderr != "" || cli.stderr != "" {
+				t.Errorf("stderr: server %q, client %q", srv.stderr, cli.stderr)
+			}
+		})
+	}
+	checkGoroutines(t, base)
+}
+
+// TestUDSizeAboveMTU: ud_pingpong refuses a message longer than the
+// port's active MTU before it listens, as rdma-core's tool does.
+func TestUDSizeAboveMTU(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := Run(t.Context(), verbs.QPTypeUD, "ud_pingpong", []string{"-d", "127.0.0.1", "-s", "4097", "-p", fmt.Sprint(freePort(t))}, &stdout, &stderr)
+	const want = "ud_pingpong: requested size 4097 is larger than the port's active MTU 4096: a UD message is one packet\n"
+	if code != 1 || stdout.Len() != 0 || stderr.String() != want {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1, nothing, %q", code, stdout.String(), stderr.String(), want)
+	}
+}
+
 // TestPeerGone cancels the client in the middle of a long run: the server
-// must fail, within its timeout, instead of waiting for ever.
+// must fail, within its timeout, instead of waiting for ever. On RC its
+// SEND may exhaust its retries first; on UD only the timeout can tell.
 func TestPeerGone(t *testing.T) {
+	for _, kind := range []Kind{verbs.QPTypeRC, verbs.QPTypeUD} {
+		t.Run(toolName(kind), func(t *testing.T) { peerGone(t, kind) })
+	}
+}
+
+func peerGone(t *testing.T, kind Kind) {
 	base := runtime.NumGoroutine()
 	port := fmt.Sprint(freePort(t))
-	out, srvCh := start(t.Context(), "-d", "127.0.0.1", "-p", port, "-n", "1000000", "--timeout=2s")
+	out, srvCh := startKind(t.Context(), kind, "-d", "127.0.0.1", "-p", port, "-n", "1000000", "--timeout=2s")
 	<-out.ready
 	ctx, cancel := context.WithCancel(t.Context())
-	cliOut, cliCh := start(ctx, "-d", "127.0.0.2", "-p", port, "-n", "1000000", "127.0.0.1")
+	cliOut, cliCh := startKind(ctx, kind, "-d", "127.0.0.2", "-p", port, "-n", "1000000", "127.0.0.1")
 	<-cliOut.ready
 	time.Sleep(300 * time.Millisecond)
 	cancel()
@@ -131,7 +204,8 @@ func TestPeerGone(t *testing.T) {
 	if d := time.Since(t0); d > 3*time.Second {
 		t.Errorf("server took %v to notice", d)
 	}
-	if !strings.Contains(srv.stderr, "RETRY_EXC_ERR") && !strings.Contains(srv.stderr, "no completion") {
+	if !strings.Contains(srv.stderr, "RETRY_EXC_ERR") && !strings.Contains(srv.stderr, "no completion") ||
+		kind == verbs.QPTypeUD && !strings.Contains(srv.stderr, "no completion") {
 		t.Errorf("server stderr %q: want a retry or timeout error", srv.stderr)
 	}
 	t.Logf("server: %s", strings.TrimSpace(srv.stderr))

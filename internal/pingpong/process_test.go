@@ -15,12 +15,13 @@ import (
 // TestTwoProcesses builds rc_pingpong and runs a server and a client as
 // two processes on one host (127.0.0.3 and 127.0.0.4), with 1000
 // exchanges of 1 MiB checked with -c; then the same for uc_pingpong with
-// 200 exchanges of 64 KiB.
+// 200 exchanges of 64 KiB, and for ud_pingpong with 1000 datagrams of
+// 4096 bytes, the loopback port's active MTU.
 func TestTwoProcesses(t *testing.T) {
 	for _, tc := range []struct {
 		tool        string
 		size, iters int
-	}{{"rc_pingpong", 1 << 20, 1000}, {"uc_pingpong", 64 << 10, 200}} {
+	}{{"rc_pingpong", 1 << 20, 1000}, {"uc_pingpong", 64 << 10, 200}, {"ud_pingpong", 4096, 1000}} {
 		t.Run(tc.tool, func(t *testing.T) { twoProcesses(t, tc.tool, tc.size, tc.iters) })
 	}
 }
@@ -70,6 +71,9 @@ func twoProcesses(t *testing.T, tool string, size, iters int) {
 	}
 	s, c := parseOutput(t, "server", first+rest), parseOutput(t, "client", cliOut.String())
 	checkPair(t, s, c, size, iters, "127.0.0.3", "127.0.0.4")
+	if want := map[bool]string{true: ": ", false: ", "}[tool == "ud_pingpong"]; s.localSep != want || c.localSep != want {
+		t.Errorf("local address lines use %q and %q before the GID, want %q", s.localSep, c.localSep, want)
+	}
 	t.Logf("server:\n%s%s", first, rest)
 	t.Logf("client:\n%s", cliOut.String())
 	if srvErr.Len() != 0 || cliErr.Len() != 0 {

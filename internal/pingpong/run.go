@@ -1,3 +1,5 @@
+// Package pingpong is the code of goroce's rc_pingpong, uc_pingpong and
+// ud_pingpong, twins of rdma-core's libibverbs/examples ping-pong tools.
 package pingpong
 
 import (
@@ -21,14 +23,22 @@ func run(ctx context.Context, argv0 string, args []string, stdout, stderr io.Wri
 	return Run(ctx, verbs.QPTypeRC, argv0, args, stdout, stderr)
 }
 
-// Run is the main of rc_pingpong (kind RC) and uc_pingpong (kind UC),
-// which have the same options, exchange and output: it returns the exit
-// status.
+// Run is the main of rc_pingpong (kind RC), uc_pingpong (kind UC) and
+// ud_pingpong (kind UD): it returns the exit status. The three have the
+// same exchange and output; ud_pingpong has fewer options (no -m and none
+// of the memory options), a smaller default size, and a colon before the
+// GID in its local address line.
 func Run(ctx context.Context, kind Kind, argv0 string, args []string, stdout, stderr io.Writer) int {
-	o, err := parseOptions(args)
+	switch kind {
+	case verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD:
+	default:
+		fmt.Fprintf(stderr, "%s: no ping-pong over %v QPs\n", argv0, kind)
+		return 1
+	}
+	o, err := parseOptions(kind, args)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
-		usage(stdout, argv0)
+		usage(stdout, kind, argv0)
 		return 1
 	}
 	if err := o.unsupported(); err != nil {
@@ -36,7 +46,6 @@ func Run(ctx context.Context, kind Kind, argv0 string, args []string, stdout, st
 		return 1
 	}
 	o.printCounters = os.Getenv("GOROCE_PRINT_COUNTERS") == "1"
-	o.kind = kind
 	if err := pingpongMain(ctx, &o, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
 		return 1
@@ -72,10 +81,14 @@ func pingpongMain(ctx context.Context, o *options, stdout, stderr io.Writer) err
 	}
 	local := dest{LID: 0, QPN: p.qp.QPN(), GID: gid}
 	local.PSN = newRand48(int64(os.Getpid())*time.Now().Unix()).lrand48() & 0xffffff
+	localLine := local.String()
+	if o.kind == verbs.QPTypeUD {
+		localLine = local.udLocalString()
+	}
 
 	var remote dest
 	if o.server != "" {
-		fmt.Fprintf(stdout, "  local address:  %v\n", local)
+		fmt.Fprintf(stdout, "  local address:  %s\n", localLine)
 		if remote, err = clientExchange(ctx, o.server, o.port, local, o.timeout); err != nil {
 			return err
 		}
@@ -85,7 +98,7 @@ func pingpongMain(ctx context.Context, o *options, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "  local address:  %v\n", local)
+		fmt.Fprintf(stdout, "  local address:  %s\n", localLine)
 		remote, err = serverExchange(ctx, ln, local, o.timeout, func(r dest) error { return p.connect(o, local.PSN, r) })
 		if err != nil {
 			return err
@@ -106,7 +119,10 @@ func pingpongMain(ctx context.Context, o *options, stdout, stderr io.Writer) err
 		return err
 	}
 	fmt.Fprint(stdout, report(time.Since(start), o.size, o.iters))
-	p.linger(ctx, lingerQuiet, lingerMax)
+	if o.kind == verbs.QPTypeRC {
+		// Only RC's responder has ACKs to send after the last message.
+		p.linger(ctx, lingerQuiet, lingerMax)
+	}
 	return nil
 }
 

@@ -1,7 +1,8 @@
-// Package netns runs goroce's rc_pingpong between two network namespaces
-// joined by a veth pair, on a real (if virtual) network: the kernel's
-// routing, its UDP sockets, nftables rules that drop, corrupt and ECN-mark
-// packets on the way out, and process death.
+// Package netns runs goroce's rc_pingpong and ud_pingpong between two
+// network namespaces joined by a veth pair, and UD multicast groups across
+// three, on a real (if virtual) network: the kernel's routing, its UDP
+// sockets, nftables rules that drop, corrupt and ECN-mark packets on the
+// way out, and process death.
 //
 // The package has no code of its own; its tests do the work. They need
 // root (to create namespaces), and the ip (iproute2) and nft (nftables)
@@ -10,7 +11,8 @@
 //
 //	sudo go test -v ./test/netns
 //
-// Each test builds cmd/rc_pingpong into a temporary directory and creates
+// The tests build cmd/rc_pingpong and cmd/ud_pingpong into a temporary
+// directory. Each pingpong test creates
 // its own pair of namespaces, goroce-t<pid>-<n>-a and -b, holding the two
 // ends of a veth pair, 198.18.10.1/24 in a and 198.18.10.2/24 in b (from
 // 198.18.0.0/15, the range reserved for benchmarking, RFC 2544); the veth
@@ -34,4 +36,15 @@
 //     caught the corrupted packets, which go out with UDP checksum 0.
 //   - TestPeerKilled: kill -9 of the server mid-transfer; the client must
 //     fail within a few seconds, naming the failure.
+//   - TestUDPingpong: ud_pingpong -c with datagrams of the active MTU, 1024
+//     bytes at veth MTU 1500 and 4096 at 9000, each one packet, none lost;
+//     one byte more is refused.
+//   - TestMulticastThreeNamespaces: three namespaces, goroce-t<pid>-<n>-m1
+//     to -m3, each with a veth to a bridge (IGMP/MLD snooping off) in
+//     goroce-t<pid>-<n>-br, at 198.18.11.1-3/24, then at
+//     2001:2:0:b::1-3/64 (the IPv6 benchmarking range, RFC 5180). In each,
+//     the test binary, re-executed with GOROCE_NETNS_MEMBER=1, attaches a
+//     UD QP to the group 239.192.0.7, then ff15::7, and sends 20 datagrams
+//     to it; every member must receive all 60, its own included, each with
+//     the sender's address and QPN and the group in its GRH.
 package netns

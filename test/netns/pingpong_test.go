@@ -2,6 +2,7 @@ package netns_test
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,13 +18,20 @@ const exchangePort = "18515"
 // still running 10 s after its client is killed.
 func pair(t *testing.T, ctx context.Context, tp *topology, common, srvArgs, cliArgs []string, within time.Duration) (srv, cli *proc) {
 	t.Helper()
+	return pairTool(t, ctx, tp, "rc_pingpong", common, srvArgs, cliArgs, within)
+}
+
+// pairTool is pair for the tool of that name: rc_pingpong or ud_pingpong.
+func pairTool(t *testing.T, ctx context.Context, tp *topology, tool string, common, srvArgs, cliArgs []string, within time.Duration) (srv, cli *proc) {
+	t.Helper()
+	bin := buildTool(t, tool)
 	runDir := t.TempDir()
 	args := func(addr string, extra []string) []string {
 		return append(append([]string{"-d", addr, "-p", exchangePort}, common...), extra...)
 	}
-	srv = start(t, ctx, tp, "server", tp.a, runDir, args(addrA, srvArgs)...)
+	srv = startBin(t, ctx, tp, bin, "server", tp.a, runDir, args(addrA, srvArgs)...)
 	srv.waitReady(t, 30*time.Second)
-	cli = start(t, ctx, tp, "client", tp.b, runDir, append(args(addrB, cliArgs), addrA)...)
+	cli = startBin(t, ctx, tp, bin, "client", tp.b, runDir, append(args(addrB, cliArgs), addrA)...)
 	cli.wait(t, within)
 	// A server whose client failed may still be waiting for it.
 	select {
@@ -235,5 +243,52 @@ func TestPeerKilled(t *testing.T) {
 	}
 	if !strings.Contains(cli.stdout.String(), "remote address: ") {
 		t.Errorf("client never connected:\n%s", cli.stdout)
+	}
+}
+
+// udLocalLine is ud_pingpong's local address line, with its colon.
+var udLocalLine = regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}: GID `)
+
+// TestUDPingpong runs ud_pingpong -c between the namespaces with
+// datagrams of the port's active MTU: 1024 bytes at veth MTU 1500, 4096
+// at 9000; one byte more is refused before the exchange.
+func TestUDPingpong(t *testing.T) {
+	const iters = 2000
+	for _, tc := range []struct {
+		name      string
+		mtu, size int
+	}{{"mtu1500", 1500, 1024}, {"mtu9000", 9000, 4096}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := newTopology(t, tc.mtu)
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			t0 := time.Now()
+			common := []string{"-c", "-s", strconv.Itoa(tc.size), "-n", strconv.Itoa(iters)}
+			srv, cli := pairTool(t, ctx, tp, "ud_pingpong", common, nil, nil, 45*time.Second)
+			sc, cc := checkRun(t, srv, cli, tc.size, iters)
+			for _, x := range []struct {
+				p *proc
+				c map[string]uint64
+			}{{srv, sc}, {cli, cc}} {
+				if !udLocalLine.MatchString(x.p.stdout.String()) {
+					t.Errorf("%s's local address line lacks ud_pingpong's \": GID\":\n%s", x.p.name, x.p.stdout)
+				}
+				// Each message is one datagram, and none is lost. (sent_pkts
+				// may lag by the last one: a UD SEND completes when its
+				// packet is queued, before the counter sees it written.)
+				if x.c["rcvd_pkts"] != iters || x.c["icrc_errors"] != 0 {
+					t.Errorf("%s counters %v: want %d packets received, one per message, and no ICRC errors", x.p.name, x.c, iters)
+				}
+			}
+			t.Logf("wall time %v", time.Since(t0).Round(time.Millisecond))
+
+			big := startBin(t, ctx, tp, buildTool(t, "ud_pingpong"), "server", tp.a, t.TempDir(),
+				"-d", addrA, "-p", exchangePort, "-s", strconv.Itoa(tc.size+1))
+			code := big.wait(t, 30*time.Second)
+			want := "larger than the port's active MTU " + strconv.Itoa(tc.size)
+			if code != 1 || !strings.Contains(big.stderr.String(), want) || big.stdout.String() != "" {
+				t.Errorf("-s %d at MTU %d: exit %d, stdout %q, stderr %q; want 1, nothing, %q", tc.size+1, tc.mtu, code, big.stdout, big.stderr, want)
+			}
+		})
 	}
 }

@@ -15,16 +15,19 @@ import (
 	"time"
 )
 
-// The rc_pingpong binary, built once for the whole package into binDir,
-// which TestMain removes.
+// The tools, each built once for the whole package into binDir, which
+// TestMain removes.
 var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
+	buildMu sync.Mutex
+	binDir  string
+	built   = map[string]string{} // tool name → path
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(memberEnv) != "" {
+		// Re-executed by a multicast test as one group member.
+		os.Exit(member(os.Stdin, os.Stdout, os.Stderr))
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
@@ -33,29 +36,35 @@ func TestMain(m *testing.M) {
 }
 
 // rcPingpong returns the path of a freshly built cmd/rc_pingpong.
-func rcPingpong(t *testing.T) string {
+func rcPingpong(t *testing.T) string { return buildTool(t, "rc_pingpong") }
+
+// buildTool returns the path of a freshly built cmd/<name>, building it
+// on first use.
+func buildTool(t *testing.T, name string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("no go command to build rc_pingpong: %w", err)
-			return
-		}
-		if binDir, buildErr = os.MkdirTemp("", "goroce-netns-"); buildErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		binPath = filepath.Join(binDir, "rc_pingpong")
-		out, err := exec.CommandContext(ctx, gobin, "build", "-o", binPath, "github.com/goroce/goroce/cmd/rc_pingpong").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build rc_pingpong: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[name]; ok {
+		return p
 	}
-	return binPath
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command to build %s: %v", name, err)
+	}
+	if binDir == "" {
+		if binDir, err = os.MkdirTemp("", "goroce-netns-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := filepath.Join(binDir, name)
+	out, err := exec.CommandContext(ctx, gobin, "build", "-o", p, "github.com/goroce/goroce/cmd/"+name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build %s: %v\n%s", name, err, out)
+	}
+	built[name] = p
+	return p
 }
 
 // output collects what a process writes; ready is closed at the end of the
@@ -85,7 +94,7 @@ func (o *output) String() string {
 	return o.buf.String()
 }
 
-// proc is one rc_pingpong running in a namespace.
+// proc is one rc_pingpong (or other tool) running in a namespace.
 type proc struct {
 	name           string
 	cmd            *exec.Cmd
@@ -103,7 +112,13 @@ type proc struct {
 // when ctx ends and, at the latest, when the test ends.
 func start(t *testing.T, ctx context.Context, tp *topology, name, ns, runDir string, args ...string) *proc {
 	t.Helper()
-	argv := tp.inNS(ns, append([]string{rcPingpong(t)}, args...)...)
+	return startBin(t, ctx, tp, rcPingpong(t), name, ns, runDir, args...)
+}
+
+// startBin is start for the program at bin.
+func startBin(t *testing.T, ctx context.Context, tp *topology, bin, name, ns, runDir string, args ...string) *proc {
+	t.Helper()
+	argv := tp.inNS(ns, append([]string{bin}, args...)...)
 	p := &proc{name: name, stdout: newOutput(), stderr: newOutput(), done: make(chan struct{})}
 	p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	p.cmd.Env = append(os.Environ(), "GOROCE_PRINT_COUNTERS=1", "GOROCE_RUN_DIR="+runDir)
