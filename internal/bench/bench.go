@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -130,8 +131,19 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 }
 
 // pair runs a perftest test between the two devices and prints the
-// client's report; it returns the client's output.
+// client's report; it returns the client's output. The TCP port is picked
+// free, and again if something took it before the server bound it.
 func pair(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer) (string, error) {
+	for try := 0; ; try++ {
+		o, err := pairOnce(t, args, srv, cli, out)
+		if err != nil && try < 3 && strings.Contains(err.Error(), "address already in use") {
+			continue
+		}
+		return o, err
+	}
+}
+
+func pairOnce(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer) (string, error) {
 	port, err := freePort(srv.Addr().Addr())
 	if err != nil {
 		return "", err
@@ -145,16 +157,16 @@ func pair(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer)
 	if err != nil {
 		return "", err
 	}
-	var wg sync.WaitGroup
-	var srvErr error
 	var srvOut syncWriter
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		srvErr = perftest.Run(sp, srv, &srvOut)
-	}()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- perftest.Run(sp, srv, &srvOut) }()
 	// The server listens before it prints its banner.
 	for deadline := time.Now().Add(5 * time.Second); !srvOut.contains("Waiting for client"); {
+		select {
+		case err := <-srvDone:
+			return "", fmt.Errorf("%s server: %w", t.Name(), err)
+		default:
+		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("%s server did not start", t.Name())
 		}
@@ -162,7 +174,7 @@ func pair(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer)
 	}
 	var cliOut bytes.Buffer
 	cliErr := perftest.Run(cp, cli, io.MultiWriter(&cliOut, out))
-	wg.Wait()
+	srvErr := <-srvDone
 	if cliErr != nil {
 		return "", fmt.Errorf("%s client: %w", t.Name(), cliErr)
 	}

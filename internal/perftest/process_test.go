@@ -63,48 +63,76 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// tool starts the test binary as the named tool.
-func tool(t *testing.T, name string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+// proc is a tool process of a test.
+type proc struct {
+	cmd      *exec.Cmd
+	out, err *syncBuffer
+	done     chan struct{}
+	waitErr  error
+}
+
+// start runs the test binary as the named tool.
+func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "GOROCE_TEST_TOOL="+name)
-	out, errb := &syncBuffer{}, &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, errb
-	return cmd, out, errb
+	p := &proc{cmd: cmd, out: &syncBuffer{}, err: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.err
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.waitErr = cmd.Wait(); close(p.done) }()
+	return p
 }
 
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) kill() { p.cmd.Process.Kill(); <-p.done }
+
 // runPair runs a server and a client process of a tool and returns their
-// outputs; both must exit 0.
+// outputs; both must exit 0. The TCP port is picked free, and picked again
+// if another test took it before the server could bind it.
 func runPair(t *testing.T, name string, args ...string) (srv, cli string) {
 	t.Helper()
 	n := hosts.Add(2)
 	sa, ca := fmt.Sprintf("127.0.6.%d", n-1), fmt.Sprintf("127.0.6.%d", n)
-	port := strconv.Itoa(freePort(t))
-	sc, sout, serr := tool(t, name, append([]string{"-p", port, "-d", sa}, args...)...)
-	if err := sc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Process.Kill()
-	// Wait for the server's banner: it listens before printing it.
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(sout.String(), "Waiting for client") {
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %s", serr)
+	var s *proc
+	var port string
+	for try := 0; ; try++ {
+		port = strconv.Itoa(freePort(t))
+		s = start(t, name, append([]string{"-p", port, "-d", sa}, args...)...)
+		// The server listens before it prints its banner.
+		for deadline := time.Now().Add(20 * time.Second); !s.exited() && time.Now().Before(deadline) &&
+			!strings.Contains(s.out.String(), "Waiting for client"); {
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
+		if strings.Contains(s.out.String(), "Waiting for client") {
+			break
+		}
+		s.kill()
+		if try < 3 && strings.Contains(s.err.String(), "address already in use") {
+			continue
+		}
+		t.Fatalf("server did not start: %s%s", s.out, s.err)
 	}
-	cc, cout, cerr := tool(t, name, append([]string{"-p", port, "-d", ca}, append(args, sa)...)...)
-	if err := cc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	timer := time.AfterFunc(120*time.Second, func() { cc.Process.Kill(); sc.Process.Kill() })
+	defer s.kill()
+	c := start(t, name, append([]string{"-p", port, "-d", ca}, append(args, sa)...)...)
+	defer c.kill()
+	timer := time.AfterFunc(120*time.Second, func() { c.cmd.Process.Kill(); s.cmd.Process.Kill() })
 	defer timer.Stop()
-	cliErr := cc.Wait()
-	srvErr := sc.Wait()
-	if cliErr != nil || srvErr != nil {
-		t.Fatalf("%s %q: client %v, server %v\nclient:\n%s%s\nserver:\n%s%s", name, args, cliErr, srvErr, cout, cerr, sout, serr)
+	<-c.done
+	<-s.done
+	if c.waitErr != nil || s.waitErr != nil {
+		t.Fatalf("%s %q: client %v, server %v\nclient:\n%s%s\nserver:\n%s%s", name, args, c.waitErr, s.waitErr, c.out, c.err, s.out, s.err)
 	}
-	return sout.String(), cout.String()
+	return s.out.String(), c.out.String()
 }
 
 // table returns the rows of a report's table, each split into fields.
