@@ -406,3 +406,11 @@ func (qp *QP) fatal() {
 	qp.mu.Unlock()
 	qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
 }
+
+// Debug describes the QP's transport state in one line (PSNs, queues,
+// timers), for diagnosing a stuck QP.
+func (qp *QP) Debug() string {
+	var s string
+	qp.w.call(func() { s = qp.t.Debug() })
+	return s
+}

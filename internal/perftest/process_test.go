@@ -181,6 +181,8 @@ func TestTools(t *testing.T) {
 		{"ib_write_bw", []string{"-a", "-n", "5"}, 23},
 		{"ib_read_bw", []string{"-a", "-n", "5"}, 23},
 		{"ib_send_bw", []string{"-a", "-n", "5"}, 23},
+		{"ib_write_lat", []string{"-a", "-n", "5"}, 23}, // the peer's first WRITE of a size may land early
+		{"ib_send_lat", []string{"-a", "-n", "5"}, 23},
 		{"ib_write_bw", []string{"-q", "4", "-n", "100", "-s", "8192"}, 1},
 		{"ib_read_bw", []string{"-q", "4", "-n", "100", "-s", "8192"}, 1},
 		{"ib_send_bw", []string{"-q", "4", "-n", "100", "-s", "8192"}, 1},

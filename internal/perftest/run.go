@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/goroce/goroce/verbs"
@@ -27,32 +29,47 @@ const (
 // errStalled is returned when no completion arrives for stallTimeout.
 var errStalled = errors.New("no completion for 60 s: the peer stopped answering")
 
+// stalled returns errStalled with the QPs' transport state when
+// GOROCE_DEBUG is set.
+func (s *side) stalled() error {
+	if os.Getenv("GOROCE_DEBUG") == "" {
+		return errStalled
+	}
+	var b strings.Builder
+	for _, qp := range s.qps {
+		fmt.Fprintf(&b, "\n QP %#x: %s", qp.QPN(), qp.Debug())
+	}
+	fmt.Fprintf(&b, "\n MR remote writes %d", s.mr.RemoteWrites())
+	return fmt.Errorf("%w%s", errStalled, b.String())
+}
+
 // errTimeUp ends a wait when a timed run (-D) is over.
 var errTimeUp = errors.New("time is up")
 
 // side is one end of a test: its device, memory, CQs and QPs.
 type side struct {
-	p       *Params
-	client  bool
-	out     io.Writer
-	dev     *verbs.Device
-	pd      *verbs.PD
-	mr      *verbs.MR
-	buf     []byte
-	half    int // bytes per QP half-buffer: the source half, then the target half
-	scq     *verbs.CQ
-	rcq     *verbs.CQ
-	sch     *verbs.CompChannel
-	rch     *verbs.CompChannel
-	qps     []*verbs.QP
-	ahs     []*verbs.AH // UD: one per QP, to the peer's QP
-	my, rem []Dest
-	mtu     verbs.MTU
-	gidIdx  int
-	wc      []verbs.WC
-	rq      []int          // receives outstanding per QP
-	rwr     []verbs.RecvWR // reused by postRecvs
-	t0      time.Time
+	p        *Params
+	client   bool
+	out      io.Writer
+	dev      *verbs.Device
+	pd       *verbs.PD
+	mr       *verbs.MR
+	buf      []byte
+	half     int // bytes per QP half-buffer: the source half, then the target half
+	scq      *verbs.CQ
+	rcq      *verbs.CQ
+	sch      *verbs.CompChannel
+	rch      *verbs.CompChannel
+	qps      []*verbs.QP
+	ahs      []*verbs.AH // UD: one per QP, to the peer's QP
+	my, rem  []Dest
+	mtu      verbs.MTU
+	gidIdx   int
+	wc       []verbs.WC
+	rq       []int          // receives outstanding per QP
+	consumed uint64         // peer WRITEs a latency test has seen (MR.RemoteWrites)
+	rwr      []verbs.RecvWR // reused by postRecvs
+	t0       time.Time
 }
 
 func (s *side) now() int64 { return int64(time.Since(s.t0)) }
@@ -235,7 +252,7 @@ func (s *side) poll(cq *verbs.CQ, wcs []verbs.WC, until time.Time) ([]verbs.WC, 
 		if deadline.IsZero() {
 			deadline = time.Now().Add(stallTimeout)
 		} else if time.Now().After(deadline) {
-			return nil, errStalled
+			return nil, s.stalled()
 		}
 		cq.ReqNotify(false)
 		if cq.Len() > 0 {
@@ -529,19 +546,21 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 	}
 	pollByte := s.buf[s.dst(0)+size-1:]
 	postByte := s.buf[s.src(0)+size-1:]
-	watched := s.mr.RemoteWrites()
 	until := time.Time{}
 	if dc != nil {
 		until = dc.end
 	}
+	// waitWrite waits for the peer's next RDMA WRITE: s.consumed counts
+	// the ones already seen, so one that lands before this side starts
+	// waiting (the peer moves on first) is not missed.
 	waitWrite := func(want byte) error {
 		deadline := time.Now().Add(stallTimeout)
 		if !until.IsZero() {
 			deadline = until
 		}
 		for spins := 0; ; spins++ {
-			if w := s.mr.RemoteWrites(); w != watched {
-				watched = w
+			if s.mr.RemoteWrites() > s.consumed {
+				s.consumed++
 				if pollByte[0] == want {
 					return nil
 				}
@@ -552,18 +571,22 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 				continue
 			}
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			_, err := s.mr.WaitRemoteWrites(ctx, watched)
+			_, err := s.mr.WaitRemoteWrites(ctx, s.consumed)
 			cancel()
 			if err != nil {
 				if !until.IsZero() {
 					return errTimeUp
 				}
-				return errStalled
+				return s.stalled()
 			}
 		}
 	}
 	switch {
 	case p.Verb == Write || p.Verb == Send:
+		// Who speaks first is perftest's: the client in ib_send_lat
+		// (run_iter_lat_send), the server in ib_write_lat
+		// (run_iter_lat_write).
+		first := s.client == (p.Verb == Send)
 		rcnt := 0
 		recv := func() error {
 			rcnt++
@@ -582,7 +605,7 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 			if !tick() {
 				break
 			}
-			if scnt > 0 || !s.client { // the client speaks first
+			if scnt > 0 || !first {
 				err := recv()
 				if err == errTimeUp {
 					break
@@ -608,9 +631,9 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 				count++
 			}
 		}
-		if s.client && dc == nil && rcnt < scnt {
-			// The server's last answer: perftest's client waits for it too,
-			// so that its QP is still there to acknowledge it.
+		if first && dc == nil && rcnt < scnt {
+			// The other side's last answer: perftest waits for it too, so
+			// that the QP is still there to acknowledge it.
 			if err := recv(); err != nil {
 				return nil, 0, 0, err
 			}
