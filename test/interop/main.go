@@ -392,7 +392,7 @@ func exitText(err error) string {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by " + ws.Signal().String()
+			return "killed (" + ws.Signal().String() + ")"
 		}
 		return fmt.Sprintf("exit %d", ee.ExitCode())
 	}
