@@ -253,3 +253,38 @@ func checkOutput(t *testing.T, p *Params, out string, client bool) {
 		t.Errorf("row %q: %d fields, want %d", row, len(f), want)
 	}
 }
+
+// TestWriteLatServerSpeaksFirst: in the recorded ib_write_lat between two
+// rxe hosts, the first RDMA WRITE comes from the server (198.18.0.3). A
+// goroce whose client spoke first waited forever for real perftest, which
+// waits for the server (found by make interop).
+func TestWriteLatServerSpeaksFirst(t *testing.T) {
+	f, err := os.Open(filepath.Join(pcapDir, "rc_write_lat_64.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pkt := range gopacket.NewPacketSource(r, r.LinkType()).PacketsCtx(t.Context()) {
+		udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if udp == nil || ip == nil || udp.DstPort != 4791 || len(udp.Payload) < 1 {
+			continue
+		}
+		if op := udp.Payload[0]; op != 0x0a { // RC RDMA_WRITE_ONLY
+			t.Fatalf("first RoCE packet has opcode %#x, want RDMA_WRITE_ONLY", op)
+		}
+		server := ip.SrcIP.String() == "198.18.0.3"
+		if !server {
+			t.Fatalf("the first WRITE came from %v, the client", ip.SrcIP)
+		}
+		if !speaksFirst(Write, false) || speaksFirst(Write, true) {
+			t.Fatal("goroce's ib_write_lat must let the server speak first")
+		}
+		return
+	}
+	t.Fatal("no RoCE packet in the capture")
+}

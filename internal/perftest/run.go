@@ -511,6 +511,12 @@ func (s *side) bwServer(size int) (*bwTimes, error) {
 	return t, nil
 }
 
+// speaksFirst says whether this side sends the first message of a
+// latency ping-pong. perftest's order: the client in ib_send_lat
+// (run_iter_lat_send), the server in ib_write_lat (run_iter_lat_write);
+// the other side waits for it.
+func speaksFirst(v Verb, client bool) bool { return client == (v == Send) }
+
 // latency runs a latency test's loop and returns the post timestamps: for
 // write and send, a ping-pong where each side answers the other's message
 // (run_iter_lat_write, run_iter_lat_send); for read and atomic, the client
@@ -583,10 +589,7 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 	}
 	switch {
 	case p.Verb == Write || p.Verb == Send:
-		// Who speaks first is perftest's: the client in ib_send_lat
-		// (run_iter_lat_send), the server in ib_write_lat
-		// (run_iter_lat_write).
-		first := s.client == (p.Verb == Send)
+		first := speaksFirst(p.Verb, s.client)
 		rcnt := 0
 		recv := func() error {
 			rcnt++
