@@ -120,12 +120,13 @@ func TestUDPSourcePorts(t *testing.T) {
 				t.Fatalf("WriteBatch = %d, %v", n, err)
 			}
 			got := readN(t, b, len(pkts))
+			ids := gsoIDs(pkts)
 			for i := range pkts {
 				from := a.LocalAddr()
 				if pkts[i].SrcPort != 0 {
 					from = netip.AddrPortFrom(from.Addr(), pkts[i].SrcPort)
 				}
-				checkReceived(t, got[i:i+1], pkts[i:i+1], from, b.LocalAddr())
+				checkReceivedIDs(t, got[i:i+1], pkts[i:i+1], ids[i:i+1], from, b.LocalAddr())
 			}
 			if n := len(a.ports); n != 3 {
 				t.Errorf("%d per-port sockets open, want 3", n)
