@@ -177,14 +177,22 @@ func freePort(t testing.TB, ip string) netip.AddrPort {
 // udpPair opens two UDP links on free ports of the two IPs.
 func udpPair(t testing.TB, ipA, ipB string) (*UDP, *UDP) {
 	t.Helper()
-	a, err := ListenUDP(UDPConfig{Addr: freePort(t, ipA)})
+	return udpPairConfig(t, ipA, ipB, UDPConfig{})
+}
+
+// udpPairConfig is udpPair with cfg for both links (cfg.Addr is set here).
+func udpPairConfig(t testing.TB, ipA, ipB string, cfg UDPConfig) (*UDP, *UDP) {
+	t.Helper()
+	cfg.Addr = freePort(t, ipA)
+	a, err := ListenUDP(cfg)
 	if errors.Is(err, errors.ErrUnsupported) {
 		t.Skip(err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ListenUDP(UDPConfig{Addr: freePort(t, ipB)})
+	cfg.Addr = freePort(t, ipB)
+	b, err := ListenUDP(cfg)
 	if err != nil {
 		a.Close()
 		t.Fatal(err)

@@ -11,8 +11,9 @@
 // every blocked and later call return net.ErrClosed. The intended use is one reader goroutine and one or more
 // writer goroutines per link:
 //
-//	reader goroutine ── ReadBatch ──▶ check length and ICRC ──▶ packets to the device
+//	reader goroutine ── ReadBatch ──▶ (UDP: split GRO super-packets) ──▶ check length and ICRC ──▶ packets to the device
 //	device goroutines ── WriteBatch ─▶ fill ICRC ──▶ fault stage, if any ──▶ sendmmsg, grouped by source port
+//	                                   (UDP without faults: runs of equal packets as GSO super-packets)
 //	any goroutine ───── Close ──────▶ closes the sockets; blocked calls return
 //
 // Concurrent ReadBatch calls are serialized, as are concurrent WriteBatch

@@ -13,7 +13,8 @@ type sockOpts struct {
 	rbuf, wbuf int  // SO_RCVBUF, SO_SNDBUF; 0 leaves the default
 	sendOnly   bool // a per-port socket: shares its port, receives nothing
 	group      bool // a multicast group socket: shares its address and port
-	gso        bool // UDP checksums on IPv4 (UDP_SEGMENT needs them) and UDP_GRO
+	gso        bool // sends UDP_SEGMENT super-packets: UDP checksums on IPv4 too
+	gro        bool // receives with UDP_GRO
 }
 
 // dropAll is a classic BPF program that accepts no bytes of any packet:
@@ -50,7 +51,7 @@ func (o sockOpts) apply(fd int) error {
 			}
 		}
 	}
-	if o.gso && !o.sendOnly {
+	if o.gro && !o.sendOnly {
 		// Receive a GSO super-packet that arrives whole as one datagram
 		// with its segment size (gso_linux.go).
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {

@@ -42,9 +42,10 @@ type UDPConfig struct {
 	// NoGSO turns off UDP segmentation offload on send and receive
 	// aggregation (UDP_SEGMENT, UDP_GRO; see gso_linux.go), which are on
 	// by default where the kernel has them (Linux 5.0 and later). With
-	// them, IPv4 datagrams leave with a UDP checksum, because the kernel
-	// will not segment for a socket with SO_NO_CHECK; without them, with
-	// checksum 0, as rxe's do.
+	// GSO, IPv4 datagrams leave with a UDP checksum, because the kernel
+	// will not segment for a socket with SO_NO_CHECK; without it, with
+	// checksum 0, as rxe's do. A link with a Fault stage sends without
+	// GSO (and with checksum 0) but still receives with GRO.
 	NoGSO bool
 
 	// Fault makes the link drop, duplicate, reorder, corrupt, delay or
@@ -78,10 +79,18 @@ const maxPortSockets = 1024
 // an unconnected socket with DF set (REFERENCE.md §9, checked on the wire by
 // TestWireHeaders).
 //
-// UDP checksums are rxe's: IPv4 datagrams leave with checksum 0
-// (SO_NO_CHECK), IPv6 datagrams with a checksum, and IPv6 datagrams that
-// arrive with checksum 0, as rxe sends them, are accepted
-// (UDP_NO_CHECK6_RX); the ICRC, which masks the checksum, checks them all.
+// GSO and GRO (gso_linux.go): runs of packets with one destination, source
+// port and size leave as UDP_SEGMENT super-packets, segment k with its
+// ICRC over IPv4 ID k (the ID the kernel gives it when it segments);
+// super-packets that arrive whole (UDP_GRO) are split and each packet
+// checked with ID k first. UDPConfig.NoGSO turns both off.
+//
+// UDP checksums: IPv6 datagrams leave with a checksum, and IPv6 datagrams
+// that arrive with checksum 0, as rxe sends them, are accepted
+// (UDP_NO_CHECK6_RX). IPv4 datagrams leave with checksum 0 (SO_NO_CHECK),
+// as rxe's do, from a link without GSO; a link with GSO sends a checksum,
+// which the kernel requires for segmentation. The ICRC, which masks the
+// checksum, checks them all.
 //
 // Per-QP source ports: a packet whose SrcPort is neither 0 nor the link's
 // port leaves from a send-only socket bound to (local IP, SrcPort), opened
@@ -166,8 +175,13 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	if wbuf <= 0 {
 		wbuf = defaultSocketBuffer
 	}
-	gso := !cfg.NoGSO && gsoSupport()
-	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf, group: cfg.Interface.IsValid(), gso: gso}
+	// A link with a fault stage sends plain datagrams (the stage works on
+	// single packets), so it keeps UDP checksum 0; it still receives
+	// super-packets.
+	fault := newFaultStage(cfg.Fault)
+	gro := !cfg.NoGSO && gsoSupport()
+	gso := gro && fault == nil
+	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf, group: cfg.Interface.IsValid(), gso: gso, gro: gro}
 	if opts.group && (!ip.IsMulticast() || cfg.Interface.Unmap().Is4() != ip.Is4()) {
 		return nil, fmt.Errorf("link: listen %v: a group link needs a multicast address and an interface address of its family", a)
 	}
@@ -203,10 +217,10 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 		rd:    newMmsg(),
 		wr:    newMmsg(),
 		ports: make(map[uint16]*portSocket),
-		fault: newFaultStage(cfg.Fault),
+		fault: fault,
 		gso:   gso,
 	}
-	if gso {
+	if gro {
 		u.gro = new(groReader)
 	}
 	u.fault.startRelease(u.flushHeld)
@@ -514,7 +528,7 @@ func (u *UDP) portConn(sport uint16) (rc syscall.RawConn, src netip.AddrPort, fa
 // nil if it cannot.
 func (u *UDP) openPort(sport uint16) *portSocket {
 	a := netip.AddrPortFrom(u.bind, sport)
-	conn, rc, err := listen(a, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true, gso: u.gro != nil})
+	conn, rc, err := listen(a, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true, gso: u.gso})
 	if err != nil {
 		return nil
 	}
