@@ -64,13 +64,22 @@ func BenchmarkMemPair(b *testing.B) {
 	}
 }
 
+// BenchmarkUDP streams batches of equal packets to one peer: with GSO they
+// travel as super-packets of up to 64 packets (15 of 4 KiB); NoGSO sends
+// and receives one datagram per packet, for comparison.
 func BenchmarkUDP(b *testing.B) {
 	for _, tc := range []struct{ name, a, b string }{{"IPv4", "127.0.0.1", "127.0.0.2"}, {"IPv6", "::1", "::1"}} {
-		for _, size := range []int{64, 4096} {
-			b.Run(tc.name+"/"+strconv.Itoa(size)+"B", func(b *testing.B) {
-				x, y := udpPair(b, tc.a, tc.b)
-				benchStream(b, x, y, size)
-			})
+		for _, noGSO := range []bool{false, true} {
+			for _, size := range []int{64, 4096} {
+				name := tc.name + "/" + strconv.Itoa(size) + "B"
+				if noGSO {
+					name = tc.name + "/NoGSO/" + strconv.Itoa(size) + "B"
+				}
+				b.Run(name, func(b *testing.B) {
+					x, y := udpPairConfig(b, tc.a, tc.b, UDPConfig{NoGSO: noGSO})
+					benchStream(b, x, y, size)
+				})
+			}
 		}
 	}
 }

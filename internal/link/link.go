@@ -11,8 +11,9 @@
 // every blocked and later call return net.ErrClosed. The intended use is one reader goroutine and one or more
 // writer goroutines per link:
 //
-//	reader goroutine ── ReadBatch ──▶ check length and ICRC ──▶ packets to the device
+//	reader goroutine ── ReadBatch ──▶ (UDP: split GRO super-packets) ──▶ check length and ICRC ──▶ packets to the device
 //	device goroutines ── WriteBatch ─▶ fill ICRC ──▶ fault stage, if any ──▶ sendmmsg, grouped by source port
+//	                                   (UDP without faults: runs of equal packets as GSO super-packets)
 //	any goroutine ───── Close ──────▶ closes the sockets; blocked calls return
 //
 // Concurrent ReadBatch calls are serialized, as are concurrent WriteBatch
@@ -229,20 +230,36 @@ func putICRC(pkt []byte, f *wire.IPFields) {
 // offset 0: rxe and goroce both set DF, and a fragment never reaches a UDP
 // socket unreassembled.
 //
-// ID 0, what goroce sends, is tried first: that costs one CRC, and recovery
-// (about 0.6 µs more) runs only for senders such as rxe that count IDs.
+// ID 0, what goroce sends in a single datagram, is tried first: that costs
+// one CRC, and recovery (about 0.6 µs more) runs only for senders such as
+// rxe that count IDs.
 func checkICRC(src, dst netip.AddrPort, pkt []byte) bool {
+	_, ok := checkICRCID(src, dst, pkt, 0)
+	return ok
+}
+
+// checkICRCID is checkICRC for a packet that most likely carries IPv4 ID
+// want, such as segment want of goroce's GSO super-packets: that ID costs
+// one CRC, any other a recovery on top. It returns the ID that makes the
+// ICRC right (IPv4; 0 for IPv6).
+func checkICRCID(src, dst netip.AddrPort, pkt []byte, want uint16) (id uint16, ok bool) {
 	f := sendFields(src, dst)
+	is4 := f.Src.Is4()
+	if is4 {
+		f.ID = want
+	}
 	body := pkt[:len(pkt)-wire.ICRCLen]
 	delta := f.ICRC(body) ^ wire.StoredICRC(pkt)
 	if delta == 0 {
-		return true
+		return f.ID, true
 	}
-	if f.Src.Is4() {
-		_, ok := wire.IPv4IDFromDelta(len(body), delta) // no second CRC over the packet
-		return ok
+	if !is4 {
+		return 0, false
 	}
-	return false
+	// The CRC is linear in the ID: delta is the contribution of the
+	// ID's difference from want, no second CRC over the packet needed.
+	e, ok := wire.IPv4IDFromDelta(len(body), delta)
+	return want ^ e, ok
 }
 
 // plain returns a with an IPv4-mapped address unmapped and any zone removed,

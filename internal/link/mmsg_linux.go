@@ -31,7 +31,8 @@ type mmsg struct {
 	hs    [MaxBatch]mmsghdr
 	iovs  [MaxBatch]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6 // large enough for either family
-	ctls  [MaxBatch]ctlBuf                // control messages: TOS received, ECN CE to send
+	ctls  [MaxBatch]ctlBuf                // control messages: TOS and GRO size received, ECN CE and GSO size to send
+	segs  [MaxBatch]uint8                 // packets in each message sent (more than 1: a GSO super-packet)
 
 	// Arguments and results of the system call in progress, so that the
 	// functions handed to syscall.RawConn are method values bound once,
@@ -52,6 +53,7 @@ func newMmsg() *mmsg {
 		h.Name = (*byte)(unsafe.Pointer(&m.names[i]))
 		h.Iov = &m.iovs[i]
 		h.SetIovlen(1)
+		m.segs[i] = 1
 	}
 	return m
 }
@@ -69,13 +71,17 @@ func (m *mmsg) setBuf(i int, b []byte) {
 
 // clearBufs forgets the first n buffers, so that the link keeps no
 // reference to the caller's memory between calls, and their control
-// messages.
+// messages, and gives each of the first n messages its own I/O vector
+// again (setMsg may have pointed them elsewhere).
 func (m *mmsg) clearBufs(n int) {
 	for i := range n {
 		m.iovs[i].Base = nil
 		h := &m.hs[i].hdr
 		h.Control = nil
 		h.SetControllen(0)
+		h.Iov = &m.iovs[i]
+		h.SetIovlen(1)
+		m.segs[i] = 1
 	}
 }
 
@@ -170,8 +176,9 @@ func (m *mmsg) name(i int) (a netip.AddrPort, ok bool) {
 }
 
 // ctlBuf holds one message's control messages, aligned for cmsghdr: room
-// for one carrying an int (24 bytes on 64-bit systems).
-type ctlBuf [4]uint64
+// for two carrying an int each (24 bytes each on 64-bit systems): the TOS
+// or traffic class and the GRO segment size.
+type ctlBuf [8]uint64
 
 // ECN codepoints: the low two bits of the IPv4 TOS and the IPv6 traffic
 // class (RFC 3168).
@@ -179,30 +186,6 @@ const (
 	ecnMask = 0x03
 	ecnCE   = 0x03
 )
-
-// ce reports whether received message i arrived marked ECN Congestion
-// Experienced, from the IP_TOS or IPV6_TCLASS control message that
-// IP_RECVTOS and IPV6_RECVTCLASS make the kernel attach.
-func (m *mmsg) ce(i int) bool {
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&m.ctls[i])), len(m.ctls[i])*8)
-	b = b[:min(int(m.hs[i].hdr.Controllen), len(b))]
-	for len(b) >= unix.SizeofCmsghdr {
-		c := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
-		n := int(c.Len)
-		if n < unix.CmsgLen(0) || n > len(b) {
-			return false
-		}
-		data := b[unix.CmsgLen(0):n]
-		switch {
-		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TOS && len(data) >= 1:
-			return data[0]&ecnMask == ecnCE
-		case c.Level == unix.IPPROTO_IPV6 && c.Type == unix.IPV6_TCLASS && len(data) >= 4:
-			return binary.NativeEndian.Uint32(data)&ecnMask == ecnCE
-		}
-		b = b[min(unix.CmsgSpace(n-unix.CmsgLen(0)), len(b)):]
-	}
-	return false
-}
 
 // setCE gives message i a control message that sends it with ECN CE, the
 // whole TOS (IPv4) or traffic class (IPv6) being 0x03; or none.

@@ -13,6 +13,8 @@ type sockOpts struct {
 	rbuf, wbuf int  // SO_RCVBUF, SO_SNDBUF; 0 leaves the default
 	sendOnly   bool // a per-port socket: shares its port, receives nothing
 	group      bool // a multicast group socket: shares its address and port
+	gso        bool // sends UDP_SEGMENT super-packets: UDP checksums on IPv4 too
+	gro        bool // receives with UDP_GRO
 }
 
 // dropAll is a classic BPF program that accepts no bytes of any packet:
@@ -40,9 +42,20 @@ func (o sockOpts) apply(fd int) error {
 		// payload corrupted after a checksum was computed then reaches
 		// the ICRC check and is counted there, instead of being dropped
 		// by the receiving kernel. IPv6 keeps its checksum, which is
-		// mandatory (RFC 8200 §8.1).
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
-			return fmt.Errorf("SO_NO_CHECK: %w", err)
+		// mandatory (RFC 8200 §8.1). A socket sending UDP_SEGMENT
+		// super-packets must keep it too: the kernel refuses them
+		// (EINVAL) from a socket with SO_NO_CHECK.
+		if !o.gso {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
+				return fmt.Errorf("SO_NO_CHECK: %w", err)
+			}
+		}
+	}
+	if o.gro && !o.sendOnly {
+		// Receive a GSO super-packet that arrives whole as one datagram
+		// with its segment size (gso_linux.go).
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
+			return fmt.Errorf("UDP_GRO: %w", err)
 		}
 	}
 	if o.rbuf > 0 {

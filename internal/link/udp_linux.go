@@ -39,6 +39,15 @@ type UDPConfig struct {
 	// link is for receiving; send to the group from a unicast link.
 	Interface netip.Addr
 
+	// NoGSO turns off UDP segmentation offload on send and receive
+	// aggregation (UDP_SEGMENT, UDP_GRO; see gso_linux.go), which are on
+	// by default where the kernel has them (Linux 5.0 and later). With
+	// GSO, IPv4 datagrams leave with a UDP checksum, because the kernel
+	// will not segment for a socket with SO_NO_CHECK; without it, with
+	// checksum 0, as rxe's do. A link with a Fault stage sends without
+	// GSO (and with checksum 0) but still receives with GRO.
+	NoGSO bool
+
 	// Fault makes the link drop, duplicate, reorder, corrupt, delay or
 	// CE-mark the packets it sends, after filling their ICRC; the zero
 	// value does nothing. See FaultConfig.
@@ -70,10 +79,18 @@ const maxPortSockets = 1024
 // an unconnected socket with DF set (REFERENCE.md §9, checked on the wire by
 // TestWireHeaders).
 //
-// UDP checksums are rxe's: IPv4 datagrams leave with checksum 0
-// (SO_NO_CHECK), IPv6 datagrams with a checksum, and IPv6 datagrams that
-// arrive with checksum 0, as rxe sends them, are accepted
-// (UDP_NO_CHECK6_RX); the ICRC, which masks the checksum, checks them all.
+// GSO and GRO (gso_linux.go): runs of packets with one destination, source
+// port and size leave as UDP_SEGMENT super-packets, segment k with its
+// ICRC over IPv4 ID k (the ID the kernel gives it when it segments);
+// super-packets that arrive whole (UDP_GRO) are split and each packet
+// checked with ID k first. UDPConfig.NoGSO turns both off.
+//
+// UDP checksums: IPv6 datagrams leave with a checksum, and IPv6 datagrams
+// that arrive with checksum 0, as rxe sends them, are accepted
+// (UDP_NO_CHECK6_RX). IPv4 datagrams leave with checksum 0 (SO_NO_CHECK),
+// as rxe's do, from a link without GSO; a link with GSO sends a checksum,
+// which the kernel requires for segmentation. The ICRC, which masks the
+// checksum, checks them all.
 //
 // Per-QP source ports: a packet whose SrcPort is neither 0 nor the link's
 // port leaves from a send-only socket bound to (local IP, SrcPort), opened
@@ -105,8 +122,11 @@ type UDP struct {
 	readMu sync.Mutex
 	rd     *mmsg // guarded by readMu
 
+	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
+
 	writeMu sync.Mutex
 	wr      *mmsg       // guarded by writeMu
+	gso     bool        // send runs as UDP_SEGMENT super-packets; guarded by writeMu
 	fault   *faultStage // nil: no faults
 	fout    []faultOut  // the fault stage's output; guarded by writeMu
 
@@ -155,7 +175,13 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	if wbuf <= 0 {
 		wbuf = defaultSocketBuffer
 	}
-	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf, group: cfg.Interface.IsValid()}
+	// A link with a fault stage sends plain datagrams (the stage works on
+	// single packets), so it keeps UDP checksum 0; it still receives
+	// super-packets.
+	fault := newFaultStage(cfg.Fault)
+	gro := !cfg.NoGSO && gsoSupport()
+	gso := gro && fault == nil
+	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf, group: cfg.Interface.IsValid(), gso: gso, gro: gro}
 	if opts.group && (!ip.IsMulticast() || cfg.Interface.Unmap().Is4() != ip.Is4()) {
 		return nil, fmt.Errorf("link: listen %v: a group link needs a multicast address and an interface address of its family", a)
 	}
@@ -191,7 +217,11 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 		rd:    newMmsg(),
 		wr:    newMmsg(),
 		ports: make(map[uint16]*portSocket),
-		fault: newFaultStage(cfg.Fault),
+		fault: fault,
+		gso:   gso,
+	}
+	if gro {
+		u.gro = new(groReader)
 	}
 	u.fault.startRelease(u.flushHeld)
 	return u, nil
@@ -266,6 +296,9 @@ func (u *UDP) ReadBatch(pkts []Packet) (int, error) {
 	pkts = pkts[:min(len(pkts), MaxBatch)]
 	u.readMu.Lock()
 	defer u.readMu.Unlock()
+	if u.gro != nil {
+		return u.readGRO(pkts)
+	}
 	m := u.rd
 	for i := range pkts {
 		m.setBuf(i, pkts[i].Buf[:cap(pkts[i].Buf)])
@@ -322,7 +355,8 @@ func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
 		c.icrc++
 		return false
 	}
-	p.Buf, p.Peer, p.CE = pkt, peer, m.ce(i)
+	ce, _ := m.rxMeta(i)
+	p.Buf, p.Peer, p.CE = pkt, peer, ce
 	c.packets++
 	c.bytes += uint64(size)
 	return true
@@ -335,7 +369,6 @@ func (u *UDP) WriteBatch(pkts []Packet) (int, error) {
 	if u.fault != nil {
 		return u.writeFault(pkts)
 	}
-	m := u.wr
 	sent, bytes := 0, uint64(0)
 	var err error
 	for sent < len(pkts) && err == nil {
@@ -348,7 +381,7 @@ func (u *UDP) WriteBatch(pkts []Packet) (int, error) {
 		}
 		cnt := 0
 		for sent+cnt < len(pkts) && cnt < MaxBatch && pkts[sent+cnt].SrcPort == pkts[sent].SrcPort {
-			if err = u.prepare(m, cnt, &pkts[sent+cnt], src); err != nil {
+			if err = u.check(&pkts[sent+cnt], src); err != nil {
 				break
 			}
 			cnt++
@@ -356,18 +389,27 @@ func (u *UDP) WriteBatch(pkts []Packet) (int, error) {
 		if fallback {
 			u.stats.portFallbacks.Add(uint64(cnt))
 		}
-		for off := 0; off < cnt; {
-			k, werr := m.writeTo(rc, off, cnt-off)
-			for _, p := range pkts[sent : sent+k] {
-				bytes += uint64(len(p.Buf))
-			}
-			sent, off = sent+k, off+k
-			if werr != nil {
-				err = werr // replaces a prepare error further on
-				break
-			}
+		var k int
+		var b uint64
+		var werr error
+		refused := false
+		if u.gso {
+			k, b, refused, werr = u.sendRuns(rc, src, pkts[sent:sent+cnt])
+		} else {
+			k, b, werr = u.sendPlain(rc, src, pkts[sent:sent+cnt])
 		}
-		m.clearBufs(cnt)
+		sent, bytes = sent+k, bytes+b
+		if refused {
+			// The kernel or the route will not segment (an IPsec
+			// route, say): plain datagrams from now on, starting with
+			// the super-packet it refused.
+			u.gso = false
+			err = nil
+			continue
+		}
+		if werr != nil {
+			err = werr // replaces a check error further on
+		}
 	}
 	if err != nil && errors.Is(err, net.ErrClosed) {
 		err = net.ErrClosed
@@ -378,20 +420,85 @@ func (u *UDP) WriteBatch(pkts []Packet) (int, error) {
 	return sent, err
 }
 
-// prepare fills message i for p, sent from src: ICRC, address, buffer.
-func (u *UDP) prepare(m *mmsg, i int, p *Packet, src netip.AddrPort) error {
+// check returns why p cannot be sent from src, or nil.
+func (u *UDP) check(p *Packet, src netip.AddrPort) error {
 	if len(p.Buf) < minPacket || len(p.Buf) > MaxPacket {
 		return ErrPacketSize
 	}
-	dst := plain(p.Peer)
-	if dst.Addr().Is4() != src.Addr().Is4() {
+	if p.Peer.Addr().Unmap().Is4() != src.Addr().Is4() {
 		return ErrAddrFamily
 	}
-	f := sendFields(src, dst)
-	putICRC(p.Buf, &f)
-	m.setName(i, dst, u.scope)
-	m.setBuf(i, p.Buf)
 	return nil
+}
+
+// sendPlain sends pkts (checked, at most MaxBatch) from src on rc, one
+// datagram each, and returns how many went and their bytes.
+func (u *UDP) sendPlain(rc syscall.RawConn, src netip.AddrPort, pkts []Packet) (int, uint64, error) {
+	m := u.wr
+	defer m.clearBufs(len(pkts))
+	for i := range pkts {
+		p := &pkts[i]
+		dst := plain(p.Peer)
+		f := sendFields(src, dst)
+		putICRC(p.Buf, &f)
+		m.setName(i, dst, u.scope)
+		m.setBuf(i, p.Buf)
+	}
+	sent, bytes := 0, uint64(0)
+	for sent < len(pkts) {
+		k, err := m.writeTo(rc, sent, len(pkts)-sent)
+		for _, p := range pkts[sent : sent+k] {
+			bytes += uint64(len(p.Buf))
+		}
+		sent += k
+		if err != nil {
+			return sent, bytes, err
+		}
+	}
+	return sent, bytes, nil
+}
+
+// sendRuns sends pkts (checked, at most MaxBatch) from src on rc, each run
+// gsoRun finds as one UDP_SEGMENT super-packet whose segment k carries its
+// ICRC over IPv4 ID k, and returns how many packets went and their bytes.
+// refused reports that the error came from a super-packet the kernel would
+// not send as such (EIO, EINVAL): the caller should send it as plain
+// datagrams.
+func (u *UDP) sendRuns(rc syscall.RawConn, src netip.AddrPort, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
+	m := u.wr
+	defer m.clearBufs(len(pkts))
+	maxBytes := maxGSOBytes(src.Addr().Is6())
+	nm := 0
+	for i := 0; i < len(pkts); nm++ {
+		n := gsoRun(pkts[i:], maxSegments, maxBytes)
+		dst := plain(pkts[i].Peer)
+		f := sendFields(src, dst)
+		for k := range n {
+			p := &pkts[i+k]
+			if f.Src.Is4() {
+				f.ID = uint16(k)
+			}
+			putICRC(p.Buf, &f)
+			m.setBuf(i+k, p.Buf)
+		}
+		m.setMsg(nm, i, n, dst, u.scope, len(pkts[i].Buf))
+		i += n
+	}
+	for off := 0; off < nm; {
+		k, werr := m.writeTo(rc, off, nm-off)
+		for _, c := range m.segs[off : off+k] {
+			for _, p := range pkts[sent : sent+int(c)] {
+				bytes += uint64(len(p.Buf))
+			}
+			sent += int(c)
+		}
+		off += k
+		if werr != nil {
+			refused = m.segs[off] > 1 && (errors.Is(werr, syscall.EIO) || errors.Is(werr, syscall.EINVAL))
+			return sent, bytes, refused, werr
+		}
+	}
+	return sent, bytes, false, nil
 }
 
 // portConn returns the socket to send from for a packet's SrcPort and the
@@ -421,7 +528,7 @@ func (u *UDP) portConn(sport uint16) (rc syscall.RawConn, src netip.AddrPort, fa
 // nil if it cannot.
 func (u *UDP) openPort(sport uint16) *portSocket {
 	a := netip.AddrPortFrom(u.bind, sport)
-	conn, rc, err := listen(a, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true})
+	conn, rc, err := listen(a, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true, gso: u.gso})
 	if err != nil {
 		return nil
 	}

@@ -15,13 +15,21 @@ import (
 )
 
 func TestUDPRoundTrip(t *testing.T) {
-	for _, tc := range []struct{ name, a, b string }{
-		{"IPv4", "127.0.0.1", "127.0.0.2"},
-		{"IPv6", "::1", "::1"},
+	for _, tc := range []struct {
+		name, a, b string
+		noGSO      bool
+	}{
+		{"IPv4", "127.0.0.1", "127.0.0.2", false},
+		{"IPv6", "::1", "::1", false},
+		{"IPv4/NoGSO", "127.0.0.1", "127.0.0.2", true},
+		{"IPv6/NoGSO", "::1", "::1", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkNoLeaks(t)
-			a, b := udpPair(t, tc.a, tc.b)
+			a, b := udpPairConfig(t, tc.a, tc.b, UDPConfig{NoGSO: tc.noGSO})
+			if (a.gro == nil) != (tc.noGSO || !gsoSupport()) {
+				t.Errorf("NoGSO %v: link receives with UDP_GRO: %v", tc.noGSO, a.gro != nil)
+			}
 			pkts := batch(64, b.LocalAddr())
 			if n, err := a.WriteBatch(pkts); n != 64 || err != nil {
 				t.Fatalf("WriteBatch = %d, %v", n, err)
@@ -120,12 +128,13 @@ func TestUDPSourcePorts(t *testing.T) {
 				t.Fatalf("WriteBatch = %d, %v", n, err)
 			}
 			got := readN(t, b, len(pkts))
+			ids := gsoIDs(pkts)
 			for i := range pkts {
 				from := a.LocalAddr()
 				if pkts[i].SrcPort != 0 {
 					from = netip.AddrPortFrom(from.Addr(), pkts[i].SrcPort)
 				}
-				checkReceived(t, got[i:i+1], pkts[i:i+1], from, b.LocalAddr())
+				checkReceivedIDs(t, got[i:i+1], pkts[i:i+1], ids[i:i+1], from, b.LocalAddr())
 			}
 			if n := len(a.ports); n != 3 {
 				t.Errorf("%d per-port sockets open, want 3", n)

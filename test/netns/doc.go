@@ -33,7 +33,10 @@
 //     --fault 'reorder=25%,dup=1%,delay=1ms,seed=7'. The run must succeed;
 //     the nft counters must show that each rule fired, and the receivers'
 //     icrc_errors (printed with GOROCE_PRINT_COUNTERS=1) that the ICRC
-//     caught the corrupted packets, which go out with UDP checksum 0.
+//     caught the corrupted packets; the client's go out with UDP checksum
+//     0 (its fault stage sends without GSO), the server's with a checksum
+//     (UDP GSO needs one); no receiver's kernel may drop one for a bad
+//     UDP checksum.
 //   - TestPeerKilled: kill -9 of the server mid-transfer; the client must
 //     fail within a few seconds, naming the failure.
 //   - TestUDPingpong: ud_pingpong -c with datagrams of the active MTU, 1024

@@ -1,0 +1,227 @@
+package link
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// UDP segmentation offload (UDP_SEGMENT, "GSO") and receive aggregation
+// (UDP_GRO), Linux 5.0 and later.
+//
+// Send: WriteBatch groups each run of consecutive packets that go from one
+// source port to one destination and have one size (the last may be
+// shorter) into one message: an I/O vector per packet (no copy) and a
+// UDP_SEGMENT control message carrying the size. The kernel moves the run
+// as one super-packet as far as it can: on loopback and veth to the
+// receiving socket; elsewhere it segments it, at the latest on a device
+// without UDP segmentation offload (a tap to a QEMU guest), back into the
+// original datagrams. The runs of one WriteBatch still go in one sendmmsg.
+//
+// The IPv4 ID of the segments: segmentation gives segment k of a
+// super-packet the ID base+k, and base is 0 for an unconnected socket with
+// DF set (REFERENCE.md §9; measured through a tun device by
+// TestGSOSegmentIDs). So segment k gets its ICRC over ID k, which is what a
+// receiver that sees the real IP header (rxe) checks. A single datagram
+// stays at ID 0.
+//
+// Receive: with UDP_GRO a socket gets a super-packet whole, with a control
+// message giving the segment size, if it arrives unsegmented; otherwise,
+// and for every socket without UDP_GRO, the kernel segments it before
+// queuing (same IDs). ReadBatch reads up to groSlots datagrams into
+// 64 KiB buffers of its own, splits them, and copies each packet into
+// the caller's buffer. The ID of segment k is unknown to a UDP socket; it
+// is checked with ID k first (for goroce's GSO super-packets: one CRC),
+// which is the previous segment's ID plus 1; only a packet for which that
+// fails costs an ID recovery (wire.IPv4IDFromDelta).
+//
+// Cost of the scheme: a socket with SO_NO_CHECK cannot send UDP_SEGMENT
+// (the kernel answers EINVAL), so a link with GSO sends IPv4 datagrams
+// with a UDP checksum, unlike rxe, which sends 0. The ICRC masks the
+// checksum field, so the RoCE packets are the same; UDPConfig.NoGSO gives
+// checksum 0 back.
+
+// gsoSupport reports whether the kernel offers UDP_SEGMENT and UDP_GRO,
+// probed once on a throwaway socket.
+var gsoSupport = sync.OnceValue(func() bool {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		if err != nil {
+			return false
+		}
+	}
+	defer unix.Close(fd)
+	if _, err := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT); err != nil {
+		return false
+	}
+	return unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil
+})
+
+// setMsg makes message j send the packets whose I/O vectors are
+// iovs[i:i+n] to a, as one super-packet of segments of segSize bytes if n
+// is more than 1.
+func (m *mmsg) setMsg(j, i, n int, a netip.AddrPort, scope uint32, segSize int) {
+	m.setName(j, a, scope)
+	h := &m.hs[j].hdr
+	h.Iov = &m.iovs[i]
+	h.SetIovlen(n)
+	m.segs[j] = uint8(n)
+	if n == 1 {
+		h.Control = nil
+		h.SetControllen(0)
+		return
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&m.ctls[j])), len(m.ctls[j])*8)
+	clear(b[:unix.CmsgSpace(2)])
+	c := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	c.Level, c.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+	c.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], uint16(segSize))
+	h.Control = &b[0]
+	h.SetControllen(unix.CmsgSpace(2))
+}
+
+// rxMeta returns what the control messages of received message i say:
+// whether it arrived marked ECN CE (IP_TOS, IPV6_TCLASS) and the segment
+// size of a GRO super-packet (UDP_GRO; 0 for a single datagram).
+func (m *mmsg) rxMeta(i int) (ce bool, segSize int) {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&m.ctls[i])), len(m.ctls[i])*8)
+	b = b[:min(int(m.hs[i].hdr.Controllen), len(b))]
+	for len(b) >= unix.SizeofCmsghdr {
+		c := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		n := int(c.Len)
+		if n < unix.CmsgLen(0) || n > len(b) {
+			break
+		}
+		data := b[unix.CmsgLen(0):n]
+		switch {
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TOS && len(data) >= 1:
+			ce = data[0]&ecnMask == ecnCE
+		case c.Level == unix.IPPROTO_IPV6 && c.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			ce = binary.NativeEndian.Uint32(data)&ecnMask == ecnCE
+		case c.Level == unix.IPPROTO_UDP && c.Type == unix.UDP_GRO && len(data) >= 4:
+			segSize = int(binary.NativeEndian.Uint32(data))
+		}
+		b = b[min(unix.CmsgSpace(n-unix.CmsgLen(0)), len(b)):]
+	}
+	return ce, segSize
+}
+
+// groReader is the receive state of a link with UDP_GRO: the buffers the
+// kernel writes into and the datagram being split. Its owner serializes
+// its use (UDP.readMu).
+type groReader struct {
+	arena []byte // groSlots buffers of groBufSize bytes
+
+	k, next int // datagrams in the buffers; the next one to split
+
+	// The datagram being split (valid while off > 0).
+	data   []byte
+	peer   netip.AddrPort
+	ce     bool
+	seg    int    // segment size
+	off    int    // bytes of data already split
+	nextID uint16 // the IPv4 ID the next segment most likely carries
+}
+
+// readGRO is ReadBatch for a link with UDP_GRO; u.readMu is held. It
+// returns the packets left from the datagrams of an earlier call first, and
+// reads more only when none are left.
+func (u *UDP) readGRO(pkts []Packet) (int, error) {
+	g, m := u.gro, u.rd
+	if g.arena == nil {
+		g.arena = make([]byte, groSlots*groBufSize)
+		for i := range groSlots {
+			m.setBuf(i, g.arena[i*groBufSize:(i+1)*groBufSize])
+		}
+	}
+	for {
+		if g.off == 0 && g.next >= g.k {
+			k, err := m.readFrom(u.rc, groSlots)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return 0, net.ErrClosed
+				}
+				return 0, fmt.Errorf("link: read %v: %w", u.laddr, err)
+			}
+			g.k, g.next = k, 0
+		}
+		var c rxCount
+		n := 0
+		for n < len(pkts) && (g.off > 0 || g.next < g.k) {
+			if g.off == 0 && !u.startDatagram(g, m, &c) {
+				continue
+			}
+			seg := g.data[g.off:min(g.off+g.seg, len(g.data))]
+			g.off += len(seg)
+			if g.off == len(g.data) {
+				g.off = 0
+			}
+			id := g.nextID
+			g.nextID++
+			p := &pkts[n]
+			switch {
+			case len(seg) < minPacket:
+				c.malformed++
+				continue
+			case len(seg) > cap(p.Buf):
+				c.oversized++
+				continue
+			}
+			p.Buf = p.Buf[:len(seg)]
+			copy(p.Buf, seg)
+			got, ok := checkICRCID(g.peer, u.laddr, p.Buf, id)
+			if !ok {
+				c.icrc++
+				continue
+			}
+			g.nextID = got + 1
+			p.Peer, p.CE, p.SrcPort = g.peer, g.ce, 0
+			c.packets++
+			c.bytes += uint64(len(seg))
+			n++
+		}
+		u.stats.addRx(&c)
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// startDatagram takes the next datagram the kernel wrote, g.next, for
+// splitting, and reports whether it has packets to split; a datagram that
+// cannot be split is counted and skipped.
+func (u *UDP) startDatagram(g *groReader, m *mmsg, c *rxCount) bool {
+	i := g.next
+	g.next++
+	h := &m.hs[i]
+	if h.hdr.Flags&syscall.MSG_TRUNC != 0 { // not with 64 KiB buffers; but never trust a length past them
+		c.oversized++
+		return false
+	}
+	size := int(h.n)
+	if size == 0 {
+		c.malformed++
+		return false
+	}
+	peer, ok := m.name(i)
+	if !ok || peer.Addr().Is4() != u.laddr.Addr().Is4() {
+		c.malformed++
+		return false
+	}
+	ce, seg := m.rxMeta(i)
+	if seg <= 0 || seg > size {
+		seg = size // a single datagram
+	}
+	g.data = g.arena[i*groBufSize : i*groBufSize+size]
+	g.peer, g.ce, g.seg, g.nextID = peer, ce, seg, 0
+	return true
+}
