@@ -78,38 +78,41 @@ const (
 // Params are a test's settings, with perftest's defaults and dependencies.
 type Params struct {
 	Test
-	Server     string // host to connect to; "" on the server
-	Port       int    // -p: TCP port of the out-of-band exchange
-	Device     string // -d: the goroce device: an IP address, interface or device name
-	IBPort     int    // -i
-	Size       int    // -s
-	All        bool   // -a: sweep sizes 2 … 8 MiB
-	Iters      int    // -n
-	QPs        int    // -q
-	Duration   int    // -D seconds; 0 means run Iters
-	Margin     int    // -f seconds
-	MTU        int    // -m bytes; 0 means the port's active MTU
-	GIDIndex   int    // -x; -1 means the GID of the device's own address
-	Conn       string // -c: RC, UC or UD
-	TxDepth    int    // -t
-	RxDepth    int    // -r
-	CQMod      int    // -Q
-	Inline     int    // -I
-	QPTimeout  int    // -u
-	Duplex     bool   // -b
-	CPUFreq    bool   // -F (accepted: goroce measures with the monotonic clock)
-	AtomicOp   string // -A
-	OutReads   int    // -o; 0 means the device's maximum
-	PostList   int    // -l
-	Events     bool   // -e
-	NoPeak     bool   // -N
-	SL         int    // -S
-	Gbits      bool   // --report_gbits
-	JSON       bool   // --out_json
-	JSONFile   string // --out_json_file
-	Unsorted   bool   // -U
-	Histogram  bool   // -H
-	ReportBoth bool   // --report-both
+	Server     string  // host to connect to; "" on the server
+	Port       int     // -p: TCP port of the out-of-band exchange
+	Device     string  // -d: the goroce device: an IP address, interface or device name
+	IBPort     int     // -i
+	Size       int     // -s
+	All        bool    // -a: sweep sizes 2 … 8 MiB
+	Iters      int     // -n
+	QPs        int     // -q
+	Duration   int     // -D seconds; 0 means run Iters
+	Margin     int     // -f seconds
+	MTU        int     // -m bytes; 0 means the port's active MTU
+	GIDIndex   int     // -x; -1 means the GID of the device's own address
+	Conn       string  // -c: RC, UC or UD
+	TxDepth    int     // -t
+	RxDepth    int     // -r
+	CQMod      int     // -Q
+	Inline     int     // -I
+	QPTimeout  int     // -u
+	Duplex     bool    // -b
+	CPUFreq    bool    // -F (accepted: goroce measures with the monotonic clock)
+	AtomicOp   string  // -A
+	OutReads   int     // -o; 0 means the device's maximum
+	PostList   int     // -l
+	Events     bool    // -e
+	NoPeak     bool    // -N
+	SL         int     // -S
+	Gbits      bool    // --report_gbits
+	JSON       bool    // --out_json
+	JSONFile   string  // --out_json_file
+	Unsorted   bool    // -U
+	Histogram  bool    // -H
+	ReportBoth bool    // --report-both
+	RateLimit  float64 // --rate_limit, in RateUnits; 0: none (the software limiter, --rate_limit_type=SW)
+	RateUnits  byte    // --rate_units: 'M' MiB/s, 'g' Gb/s (default), 'p' packets/s
+	BurstSize  int     // --burst_size: WRs per burst; 0 means TxDepth
 
 	reqSize, reqCQMod, reqRxDepth bool
 
@@ -150,7 +153,8 @@ var specs = []getopt.Spec{
 	getopt.Arg('L', "hop_limit"), getopt.Arg('w', "limit_bw"), getopt.Arg('y', "limit_msgrate"), getopt.Arg('W', "report-counters"),
 	getopt.Flag(0, "run_infinitely"), getopt.Flag(0, "use-srq"), getopt.Flag(0, "odp"), getopt.Flag(0, "dont_xchg_versions"),
 	getopt.Arg(0, "use_cuda"), getopt.Arg(0, "use_rocm"), getopt.Arg(0, "mmap"), getopt.Flag(0, "cpu_util"),
-	getopt.Arg(0, "rate_limit"), getopt.Arg(0, "latency_gap"), getopt.Arg(0, "flow_label"), getopt.Arg(0, "retry_count"),
+	getopt.Arg(0, "rate_limit"), getopt.Arg(0, "rate_units"), getopt.Arg(0, "rate_limit_type"), getopt.Arg(0, "burst_size"),
+	getopt.Arg(0, "latency_gap"), getopt.Arg(0, "flow_label"), getopt.Arg(0, "retry_count"),
 	getopt.Arg(0, "recv_post_list"), getopt.Flag(0, "reversed"), getopt.Arg(0, "output"), getopt.Flag(0, "use-null-mr"),
 	getopt.Arg(0, "source_ip"),
 }
@@ -176,7 +180,6 @@ var unsupported = map[string]string{
 	"use_rocm":           "goroce has no GPU memory",
 	"mmap":               "goroce registers Go memory, not mapped files",
 	"cpu_util":           "CPU utilisation reports are not implemented",
-	"rate_limit":         "rate limits are not implemented",
 	"latency_gap":        "latency gaps are not implemented",
 	"flow_label":         "flow labels are not implemented in the tools",
 	"retry_count":        "the retry count is fixed at 7, as perftest's default",
@@ -189,7 +192,7 @@ var unsupported = map[string]string{
 
 // defaults returns perftest's defaults for t (init_perftest_params).
 func defaults(t Test) Params {
-	p := Params{Test: t, Port: defaultPort, IBPort: 1, Iters: 1000, QPs: 1, Duration: 0, Margin: -1,
+	p := Params{Test: t, RateUnits: 'g', Port: defaultPort, IBPort: 1, Iters: 1000, QPs: 1, Duration: 0, Margin: -1,
 		GIDIndex: -1, Conn: RC, CQMod: defCQMod, Inline: -1, QPTimeout: defQPTimeout, AtomicOp: FetchAndAdd, PostList: 1}
 	p.Size = 2
 	p.TxDepth = 1
@@ -315,6 +318,23 @@ func Parse(t Test, args []string) (*Params, error) {
 		case "report-both":
 			p.ReportBoth = true
 		case "use_old_post_send":
+		case "rate_limit":
+			if p.RateLimit, err = strconv.ParseFloat(o.Arg, 64); err != nil || p.RateLimit <= 0 {
+				err = usagef("%s %q: want a positive rate", o.Name, o.Arg)
+			}
+		case "rate_units":
+			switch o.Arg {
+			case "M", "g", "p":
+				p.RateUnits = o.Arg[0]
+			default:
+				err = usagef("%s %q: invalid rate limit units, use M, g or p", o.Name, o.Arg)
+			}
+		case "rate_limit_type":
+			if o.Arg != "SW" {
+				err = usagef("goroce's %s does not support %s %s: goroce has the software rate limiter (SW) only", t.Name(), o.Name, o.Arg)
+			}
+		case "burst_size":
+			p.BurstSize, err = num(1, 1<<20)
 		}
 		if err != nil {
 			return nil, err
@@ -385,6 +405,16 @@ func (p *Params) dependencies(duration bool) error {
 	}
 	if p.Size > cqModSizeLimit && !p.All && !p.Events && !p.reqCQMod {
 		p.CQMod = 1 // perftest signals every large message for a correct peak
+	}
+	if p.RateLimit > 0 {
+		if p.Kind != BW || p.Verb == Atomic || p.Verb == Send && p.Duplex {
+			return usagef("--rate_limit: the software rate limiter runs BW tests only, not atomic or bidirectional send tests")
+		}
+		if p.BurstSize == 0 {
+			p.BurstSize = p.TxDepth
+		}
+	} else if p.BurstSize > 0 {
+		return usagef("--burst_size: burst mode needs --rate_limit")
 	}
 	if p.PostList > 1 {
 		if p.Kind != BW {

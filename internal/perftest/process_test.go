@@ -270,3 +270,17 @@ func checkRow(t *testing.T, p *Params, r []float64, i int) {
 		}
 	}
 }
+
+// TestRateLimit: perftest's software rate limiter keeps the average at or
+// below the limit (a slower machine can only lower it).
+func TestRateLimit(t *testing.T) {
+	args := []string{"-n", "300", "-s", "4096", "--rate_limit=0.05", "--rate_limit_type=SW"} // 0.05 Gb/s = 5.96 MiB/s
+	_, cli := runPair(t, "ib_write_bw", args...)
+	rows := table(t, cli, resultFmt)
+	if len(rows) != 1 || rows[0][1] != 300 {
+		t.Fatalf("rows %v", rows)
+	}
+	if limit := 0.05e9 / 8 / (1 << 20); rows[0][3] > limit*1.5 || rows[0][3] <= 0 {
+		t.Errorf("average %v MiB/s with a limit of %.2f MiB/s", rows[0][3], limit)
+	}
+}

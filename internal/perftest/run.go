@@ -356,6 +356,22 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 	if t.noPeak && dc == nil {
 		t.posted[0] = s.now()
 	}
+	// perftest's software rate limiter: bursts of BurstSize WRs, a gap
+	// apart, so that the WR rate is the limit.
+	var gap time.Duration
+	var nextBurst time.Time
+	burst := 0
+	if p.RateLimit > 0 {
+		pps := p.RateLimit // 'p'
+		switch p.RateUnits {
+		case 'M':
+			pps = p.RateLimit * 1048576 / float64(size)
+		case 'g':
+			pps = p.RateLimit * 1e9 / (8 * float64(size))
+		}
+		gap = time.Duration(float64(time.Second) * float64(p.BurstSize) / pps)
+		nextBurst = time.Now()
+	}
 	want := -1 // completions to wait for once posting stops; -1: all posted
 	for totS < total || totC < want || want < 0 && totC < totS {
 		if dc != nil && totS < total {
@@ -375,7 +391,16 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 			}
 		}
 		for i := range n {
-			for totS < total && scnt[i] < iters && scnt[i]-ccnt[i]+p.PostList <= p.TxDepth {
+			if gap > 0 && burst == 0 { // the software rate limiter: one burst per gap
+				if time.Now().Before(nextBurst) {
+					continue
+				}
+				nextBurst, burst = nextBurst.Add(gap), p.BurstSize
+				if nextBurst.Before(time.Now()) {
+					nextBurst = time.Now().Add(gap)
+				}
+			}
+			for totS < total && scnt[i] < iters && scnt[i]-ccnt[i]+p.PostList <= p.TxDepth && (gap == 0 || burst > 0) {
 				for k := range wrs[i] {
 					c := scnt[i] + k
 					wrs[i][k].Flags &^= verbs.SendSignaled
@@ -393,10 +418,29 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 				}
 				scnt[i] += p.PostList
 				totS += p.PostList
+				if gap > 0 {
+					burst = max(burst-p.PostList, 0)
+				}
 			}
 		}
 		if totC >= totS || want >= 0 && totC >= want {
 			continue
+		}
+		if gap > 0 {
+			// Between bursts, poll only while a signaled WR is out: the
+			// unsignaled tail of a burst completes with the next one.
+			signaled := 0
+			for i := range n {
+				if scnt[i] == iters {
+					signaled += scnt[i]
+				} else {
+					signaled += scnt[i] / p.CQMod * p.CQMod
+				}
+			}
+			if totC >= signaled {
+				time.Sleep(time.Until(nextBurst))
+				continue
+			}
 		}
 		wcs, err := s.poll(s.scq, s.wc, time.Time{})
 		if err != nil {

@@ -128,6 +128,10 @@ func TestParseErrors(t *testing.T) {
 		{"ib_write_bw", []string{"-n", "10", "-l", "3"}, "multiple of the post list"},
 		{"ib_write_bw", []string{"--bogus"}, "unrecognized option '--bogus'"},
 		{"ib_write_bw", []string{"a", "b"}, "more than one server"},
+		{"ib_write_bw", []string{"--rate_limit=1", "--rate_limit_type=HW"}, "software rate limiter (SW) only"},
+		{"ib_write_bw", []string{"--burst_size=4"}, "burst mode needs --rate_limit"},
+		{"ib_write_lat", []string{"--rate_limit=1"}, "runs BW tests only"},
+		{"ib_write_bw", []string{"--rate_limit=1", "--rate_units=x"}, "use M, g or p"},
 	} {
 		_, err := Parse(Tools[tc.tool], tc.args)
 		var ue *UsageError

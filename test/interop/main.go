@@ -53,7 +53,16 @@ type cell struct {
 	size      int      // expected #bytes column (pp: message size)
 	iters     int
 	pending   bool // goroce may not support this yet (UC/UD, ud_pingpong)
+	// paced: goroce, when it is the sending client, runs perftest's
+	// software rate limiter. UC and UD have no flow control, and the
+	// emulated guest absorbs ~10-20 MB/s: a host sender at full speed
+	// overruns its receive queue and the real server waits forever for
+	// the lost messages (as it would behind any slow receiver).
+	paced bool
 }
+
+// pacing is the rate limit of paced cells: 10 MiB/s, one message per burst.
+var pacing = []string{"--rate_limit=10", "--rate_units=M", "--rate_limit_type=SW", "--burst_size=1"}
 
 func (c cell) name() string {
 	return strings.TrimSpace(c.tool + " " + strings.Join(c.args, " "))
@@ -69,7 +78,7 @@ func matrix() []cell {
 			if conn != "RC" {
 				args = append(args, "-c", conn)
 			}
-			cs = append(cs, cell{tool: tool, guestTool: tool, kind: "bw", args: args, size: s, iters: n, pending: conn != "RC"})
+			cs = append(cs, cell{tool: tool, guestTool: tool, kind: "bw", args: args, size: s, iters: n, pending: conn != "RC", paced: conn != "RC"})
 		}
 	}
 	bw("ib_write_bw", "RC", 2, 4096, 65536)
@@ -312,6 +321,9 @@ func (r *runner) hostCmd(c cell, peer string) []string {
 		args = append(args, "-F")
 	}
 	args = append(args, c.args...)
+	if peer != "" && c.paced {
+		args = append(args, pacing...)
+	}
 	if peer != "" {
 		args = append(args, peer)
 	}
