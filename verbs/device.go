@@ -193,7 +193,7 @@ type Device struct {
 	pds    uint32
 	nObjs  map[string]int
 
-	qpTable atomic.Pointer[map[uint32]*QP] // read by the dispatcher without the lock
+	qpTable sync.Map // QPN → *QP, read by the dispatcher without the lock
 
 	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
 	mcast  atomic.Pointer[map[netip.Addr][]*QP] // attached QPs per group, for the group readers
@@ -241,8 +241,6 @@ func Open(cfg Config) (*Device, error) {
 	} else {
 		d.stats = stats.New() // counters still work, only `goroce stats` cannot see them
 	}
-	empty := map[uint32]*QP{}
-	d.qpTable.Store(&empty)
 	fault, err := link.ParseFault(cfg.Fault)
 	if err != nil {
 		return nil, fmt.Errorf("verbs: Config.Fault: %w", err)

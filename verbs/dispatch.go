@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"container/heap"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -129,7 +130,6 @@ func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
 		if !group.IsValid() {
 			p.dev.updateLinkCounters()
 		}
-		table := *p.dev.qpTable.Load()
 		for i := range n {
 			b := pkts[i].Buf
 			qpn := wire.BTH(b).DestQP()
@@ -150,7 +150,8 @@ func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
 				}
 				continue // the buffer is reused
 			}
-			qp := table[qpn]
+			v, _ := p.dev.qpTable.Load(qpn)
+			qp, _ := v.(*QP)
 			if qp == nil || group.IsValid() {
 				p.dev.stats.Inc(stats.Malformed) // no such QP: dropped (the buffer is reused)
 				continue
@@ -205,11 +206,12 @@ type worker struct {
 	timer  *time.Timer
 
 	// Owned by the worker goroutine.
-	qps   map[uint32]*QP
-	dirty []*QP // QPs to run Progress on, each once (QP.dirty)
-	spare []*QP // the other dirty list, reused
-	tx    []link.Packet
-	pkt   wire.Packet
+	qps    map[uint32]*QP
+	dirty  []*QP // QPs to run Progress on, each once (QP.dirty)
+	spare  []*QP // the other dirty list, reused
+	tx     []link.Packet
+	pkt    wire.Packet
+	timers qpTimers // QPs with a deadline, earliest first
 }
 
 func (w *worker) run() {
@@ -228,11 +230,13 @@ func (w *worker) run() {
 			}
 		case <-w.timer.C:
 			now := time.Now()
-			for _, qp := range w.qps {
+			for len(w.timers) > 0 && !now.Before(w.timers[0].tAt) {
+				qp := heap.Pop(&w.timers).(*QP)
+				qp.tAt = time.Time{}
 				if d := qp.t.Deadline(); !d.IsZero() && !now.Before(d) {
 					qp.t.Timeout(now)
-					w.markDirty(qp)
 				}
+				w.markDirty(qp) // Progress, then track files its next deadline
 			}
 		case <-w.quit:
 			w.flush()
@@ -270,6 +274,9 @@ func (w *worker) handle(ev event) {
 	case evCall:
 		ev.fn()
 		close(ev.done)
+		if ev.qp != nil && w.qps[ev.qp.qpn] == ev.qp {
+			w.markDirty(ev.qp) // the call may have changed its state and deadline
+		}
 	}
 }
 
@@ -293,6 +300,7 @@ func (w *worker) progress() {
 			// A fresh time for each step: writing can block on a full link,
 			// and timers armed with a stale time would expire early.
 			qp.t.Progress(time.Now())
+			w.track(qp)
 			if qp.t.Busy() {
 				w.flush()
 				w.markDirty(qp)
@@ -310,16 +318,55 @@ func (w *worker) progress() {
 
 // rearm sets the timer to the earliest QP deadline.
 func (w *worker) rearm() {
-	var next time.Time
-	for _, qp := range w.qps {
-		if d := qp.t.Deadline(); !d.IsZero() && (next.IsZero() || d.Before(next)) {
-			next = d
-		}
-	}
 	w.timer.Stop()
-	if !next.IsZero() {
-		w.timer.Reset(max(time.Until(next), 0))
+	if len(w.timers) > 0 {
+		w.timer.Reset(max(time.Until(w.timers[0].tAt), 0))
 	}
+}
+
+// track files qp's transport deadline in the worker's timer heap. A QP's
+// deadline changes only while the worker runs it (a packet, a kick, a
+// call, a timeout), and each of those ends in progress, which calls track:
+// so the heap stays exact at O(log n) per change, and a worker with
+// 100,000 idle QPs does not scan them after every event.
+func (w *worker) track(qp *QP) {
+	d := qp.t.Deadline()
+	if d.Equal(qp.tAt) && (d.IsZero() == (qp.tIndex == 0)) {
+		return
+	}
+	qp.tAt = d
+	switch {
+	case d.IsZero() && qp.tIndex > 0:
+		heap.Remove(&w.timers, qp.tIndex-1)
+	case d.IsZero():
+	case qp.tIndex > 0:
+		heap.Fix(&w.timers, qp.tIndex-1)
+	default:
+		heap.Push(&w.timers, qp)
+	}
+}
+
+// qpTimers is a min-heap of QPs by deadline; QP.tIndex is its index + 1.
+type qpTimers []*QP
+
+func (h qpTimers) Len() int           { return len(h) }
+func (h qpTimers) Less(i, j int) bool { return h[i].tAt.Before(h[j].tAt) }
+func (h qpTimers) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].tIndex, h[j].tIndex = i+1, j+1
+}
+func (h *qpTimers) Push(x any) {
+	qp := x.(*QP)
+	qp.tIndex = len(*h) + 1
+	*h = append(*h, qp)
+}
+func (h *qpTimers) Pop() any {
+	old := *h
+	qp := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	qp.tIndex = 0
+	return qp
 }
 
 // Buffer implements transport.Env.
@@ -370,10 +417,13 @@ func (w *worker) kick(qp *QP) {
 
 // call runs fn on the worker and waits for it; after the worker has
 // stopped, fn runs on the caller.
-func (w *worker) call(fn func()) {
+func (w *worker) call(fn func()) { w.callQP(nil, fn) }
+
+// callQP is call for work on one QP, which then gets a Progress turn.
+func (w *worker) callQP(qp *QP, fn func()) {
 	done := make(chan struct{})
 	select {
-	case w.ch <- event{kind: evCall, fn: fn, done: done}:
+	case w.ch <- event{kind: evCall, qp: qp, fn: fn, done: done}:
 	case <-w.exited:
 		fn()
 		return
@@ -392,6 +442,9 @@ func (w *worker) call(fn func()) {
 // forget drops a destroyed QP from the worker.
 func (w *worker) forget(qp *QP) {
 	delete(w.qps, qp.qpn)
+	if qp.tIndex > 0 {
+		heap.Remove(&w.timers, qp.tIndex-1)
+	}
 	if qp.dirty {
 		qp.dirty = false
 		for i, d := range w.dirty {

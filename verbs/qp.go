@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/psn"
@@ -77,7 +78,9 @@ type QP struct {
 	t      *transport.QP // owned by the worker
 	w      *worker
 	kicked atomic.Bool
-	dirty  bool // queued for Progress on its worker; owned by the worker
+	dirty  bool      // queued for Progress on its worker; owned by the worker
+	tAt    time.Time // the deadline filed in the worker's timer heap; owned by the worker
+	tIndex int       // index + 1 in the timer heap, 0 when not in it; owned by the worker
 
 	mu    sync.Mutex // guards state and attr
 	state QPState
@@ -154,19 +157,8 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	d.qps[qp.qpn] = qp
 	d.mu.Unlock()
 	qp.w.call(func() { qp.w.qps[qp.qpn] = qp })
-	d.mu.Lock()
-	d.publishQPsLocked()
-	d.mu.Unlock()
+	d.qpTable.Store(qp.qpn, qp)
 	return qp, nil
-}
-
-// publishQPsLocked gives the dispatcher a fresh copy of the QP table.
-func (d *Device) publishQPsLocked() {
-	m := make(map[uint32]*QP, len(d.qps))
-	for k, v := range d.qps {
-		m[k] = v
-	}
-	d.qpTable.Store(&m)
 }
 
 // QPN returns the QP number.
@@ -365,7 +357,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 		return n, &QPError{qp.qpn, fmt.Sprintf("post_recv WR %d", n), err}
 	}
 	if qp.State() == QPSErr {
-		qp.w.call(func() { qp.t.SetState(QPSErr) }) // flush at once
+		qp.w.callQP(qp, func() { qp.t.SetState(QPSErr) }) // flush at once
 	}
 	return n, nil
 }
@@ -383,7 +375,7 @@ func (qp *QP) Destroy() error {
 	d := qp.dev
 	d.mu.Lock()
 	delete(d.qps, qp.qpn)
-	d.publishQPsLocked()
+	d.qpTable.Delete(qp.qpn)
 	empty := d.detachAllLocked(qp)
 	d.mu.Unlock()
 	closeGroups(empty)

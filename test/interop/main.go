@@ -61,8 +61,8 @@ type cell struct {
 	paced bool
 }
 
-// pacing is the rate limit of paced cells: 10 MiB/s, one message per burst.
-var pacing = []string{"--rate_limit=10", "--rate_units=M", "--rate_limit_type=SW", "--burst_size=1"}
+// pacing is the rate limit of paced cells: 4 MiB/s, one message per burst.
+var pacing = []string{"--rate_limit=4", "--rate_units=M", "--rate_limit_type=SW", "--burst_size=1"}
 
 func (c cell) name() string {
 	return strings.TrimSpace(c.tool + " " + strings.Join(c.args, " "))
