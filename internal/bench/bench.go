@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/internal/perftest"
@@ -42,6 +43,15 @@ type Result struct {
 	BW, TCPBW         float64 // MiB/s
 	Lat, TCPLat       float64 // t_typical, µs, one way
 	BWRatio, LatRatio float64 // goroce / TCP
+	// CPU seconds of this process (both ends) per GB moved.
+	CPUPerGB, TCPCPUPerGB float64
+}
+
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // Run runs the benchmark and prints perftest's tables and the comparison.
@@ -84,7 +94,9 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 			return nil, err
 		}
 	}
+	cpu0 := cpuTime()
 	bwOut, err := pair(bwTest, bwArgs, srv, cli, out)
+	cpuGoroce := cpuTime() - cpu0
 	if cfg.Profile != nil {
 		pprof.StopCPUProfile()
 	}
@@ -100,9 +112,16 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 		return nil, err
 	}
 	bytesPerConn := int64(p.Size) * int64(p.Iters)
-	if res.TCPBW, err = tcpBandwidth(cfg, p.Size, bytesPerConn); err != nil {
+	cpu0 = cpuTime()
+	tcpBytes, err := tcpBandwidthBytes(cfg, p.Size, bytesPerConn, &res.TCPBW)
+	if err != nil {
 		return nil, fmt.Errorf("TCP bandwidth: %w", err)
 	}
+	cpuTCP := cpuTime() - cpu0
+	if cfg.Duration == 0 {
+		res.CPUPerGB = cpuGoroce.Seconds() / (float64(bytesPerConn) * float64(cfg.QPs) / 1e9)
+	}
+	res.TCPCPUPerGB = cpuTCP.Seconds() / (float64(tcpBytes) / 1e9)
 	res.BWRatio = res.BW / res.TCPBW
 	if !cfg.NoLat {
 		latTest := perftest.Test{Verb: cfg.Verb, Kind: perftest.Lat}
@@ -126,7 +145,10 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if res.Lat > 0 {
 		fmt.Fprintf(out, " %-30s %12.2f %12.2f %13.2fx\n", "t_typical[usec], 2 B, one way", res.Lat, res.TCPLat, res.LatRatio)
 	}
-	fmt.Fprint(out, " (bandwidth: above 1x goroce is faster; latency: below 1x goroce is faster)\n")
+	if res.CPUPerGB > 0 {
+		fmt.Fprintf(out, " %-30s %12.2f %12.2f %13.2fx\n", "CPU seconds per GB (both ends)", res.CPUPerGB, res.TCPCPUPerGB, res.CPUPerGB/res.TCPCPUPerGB)
+	}
+	fmt.Fprint(out, " (bandwidth: above 1x goroce is faster; latency and CPU: below 1x goroce is better)\n")
 	return res, nil
 }
 

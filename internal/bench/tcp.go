@@ -26,10 +26,23 @@ func dialPair(cfg Config, ln net.Listener) (c, s net.Conn, err error) {
 	return c, s, nil
 }
 
+// tcpBandwidthBytes is tcpBandwidth that also returns the bytes moved.
+func tcpBandwidthBytes(cfg Config, size int, n int64, mibps *float64) (int64, error) {
+	var total int64
+	v, err := tcpBandwidthN(cfg, size, n, &total)
+	*mibps = v
+	return total, err
+}
+
 // tcpBandwidth moves n bytes in size-byte writes over each of cfg.QPs
 // connections at once (or for cfg.Duration seconds) and returns the
 // aggregate MiB/s, from the first write to the receivers' last byte.
 func tcpBandwidth(cfg Config, size int, n int64) (float64, error) {
+	var total int64
+	return tcpBandwidthN(cfg, size, n, &total)
+}
+
+func tcpBandwidthN(cfg Config, size int, n int64, moved64 *int64) (float64, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Server.String(), "0"))
 	if err != nil {
 		return 0, err
@@ -85,6 +98,7 @@ func tcpBandwidth(cfg Config, size int, n int64) (float64, error) {
 		}
 		total += moved[i]
 	}
+	*moved64 = total
 	return float64(total) / elapsed / (1 << 20), nil
 }
 

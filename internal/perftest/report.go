@@ -156,23 +156,7 @@ func (p *Params) report(t *bwTimes) BWReport {
 	r.BWAvg = float64(t.size) * float64(n) * 1e9 / (sum * f)
 	r.MsgRate = float64(n) * 1e9 / (sum * 1e6)
 	if !t.noPeak && n > 0 {
-		opt := int64(math.MaxInt64) // perftest's unsigned first difference wraps to huge
-		// The smallest mean time per message over any run of WRs that
-		// ends at a completion (perftest's peak).
-		for i := 0; i < n; i += t.postList {
-			j := (i+1+t.cqMod-1)/t.cqMod*t.cqMod - 1
-			for ; j < n; j += t.cqMod {
-				if d := (t.completed[j] - t.posted[i]) / int64(j-i+1); d < opt {
-					opt = d
-				}
-			}
-			if n%t.cqMod != 0 {
-				j = n - 1
-				if d := (t.completed[j] - t.posted[i]) / int64(j-i+1); d < opt {
-					opt = d
-				}
-			}
-		}
+		opt := peakDelta(t.posted, t.completed, n, t.cqMod, t.postList)
 		if opt > 0 {
 			r.BWPeak = float64(t.size) * 1e9 / (float64(opt) * f)
 		}
@@ -320,3 +304,52 @@ func (p *Params) writeJSON(results map[string]any) {
 // LatencyStats computes perftest's latency figures for p's test from post
 // timestamps (nanoseconds) of a ping-pong or of sequential round trips.
 func LatencyStats(p *Params, posted []int64) LatStats { return p.latency(io.Discard, posted, p.Size) }
+
+// peakDelta is perftest's peak interval: the smallest mean time per WR,
+// (completed[j] − posted[i]) / (j − i + 1) rounded down, over every WR i a
+// post started (i a multiple of postList) and every completion j ≥ i (j ≡
+// cqMod − 1 mod cqMod, and the last WR). perftest tries every pair,
+// O(n²/cqMod), a second of CPU at 20000 iterations; this finds the same
+// minimum in O(n log n): for a completion j, the best i is where the line
+// from the point (j+1, completed[j]) touches the upper convex hull of the
+// points (i, posted[i]) — the smallest slope from the left.
+func peakDelta(posted, completed []int64, n, cqMod, postList int) int64 {
+	type pt struct{ x, y int64 }
+	var hull []pt
+	// above reports whether b is strictly above the line from a to c.
+	above := func(a, b, c pt) bool { return (b.x-a.x)*(c.y-a.y) < (b.y-a.y)*(c.x-a.x) }
+	// less reports whether the slope from a to q is below that from b to q.
+	less := func(a, b, q pt) bool { return (q.y-a.y)*(q.x-b.x) < (q.y-b.y)*(q.x-a.x) }
+	best := int64(math.MaxInt64)
+	next := 0 // the next i to add to the hull
+	query := func(j int) {
+		for ; next <= j; next += postList {
+			p := pt{int64(next), posted[next]}
+			for len(hull) >= 2 && !above(hull[len(hull)-2], hull[len(hull)-1], p) {
+				hull = hull[:len(hull)-1]
+			}
+			hull = append(hull, p)
+		}
+		q := pt{int64(j + 1), completed[j]}
+		// The slope to q falls along the hull and then rises: find the turn.
+		lo, hi := 0, len(hull)-1
+		for lo < hi {
+			m := (lo + hi) / 2
+			if less(hull[m+1], hull[m], q) {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		if d := (q.y - hull[lo].y) / (q.x - hull[lo].x); d < best {
+			best = d
+		}
+	}
+	for j := cqMod - 1; j < n; j += cqMod {
+		query(j)
+	}
+	if n%cqMod != 0 {
+		query(n - 1)
+	}
+	return best
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"strings"
@@ -219,5 +220,42 @@ func TestJSONReport(t *testing.T) {
 	if got.TestInfo["test"] != "RDMA_Write_BW_Test" || got.TestInfo["Device"] != "goroce_127.0.0.1" ||
 		got.Results["BW_average"] != 850.25 || got.Results["MsgSize"] != 4096.0 || got.Results["n_iterations"] != 5000.0 {
 		t.Errorf("JSON report:\n%s", b)
+	}
+}
+
+// TestPeakDelta compares the hull search with perftest's every-pair loop
+// on random bursty timelines.
+func TestPeakDelta(t *testing.T) {
+	brute := func(p, c []int64, n, cqMod, postList int) int64 {
+		opt := int64(math.MaxInt64)
+		for i := 0; i < n; i += postList {
+			j := (i+1+cqMod-1)/cqMod*cqMod - 1
+			for ; j < n; j += cqMod {
+				opt = min(opt, (c[j]-p[i])/int64(j-i+1))
+			}
+			if n%cqMod != 0 {
+				opt = min(opt, (c[n-1]-p[i])/int64(n-i))
+			}
+		}
+		return opt
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 300 {
+		n := 1 + rng.IntN(300)
+		cqMod, postList := 1+rng.IntN(8), 1+rng.IntN(4)
+		p, c := make([]int64, n), make([]int64, n)
+		var now int64
+		for i := range n {
+			now += rng.Int64N(1000) * int64(rng.IntN(3)) // bursts of equal stamps
+			p[i] = now
+		}
+		done := int64(0)
+		for j := range n {
+			done = max(done, p[j]) + rng.Int64N(5000)
+			c[j] = done
+		}
+		if got, want := peakDelta(p, c, n, cqMod, postList), brute(p, c, n, cqMod, postList); got != want {
+			t.Fatalf("trial %d (n %d, cq-mod %d, post list %d): %d, want %d", trial, n, cqMod, postList, got, want)
+		}
 	}
 }
