@@ -68,31 +68,34 @@ const (
 
 // DeviceAttr are the device's attributes (struct ibv_device_attr).
 type DeviceAttr struct {
-	FWVer           string
-	NodeGUID        uint64
-	SysImageGUID    uint64
-	MaxMRSize       uint64
-	VendorID        uint32
-	MaxQP           int
-	MaxQPWR         int
-	MaxSGE          int
-	MaxSGERD        int
-	MaxCQ           int
-	MaxCQE          int
-	MaxMR           int
-	MaxPD           int
-	MaxQPRdAtom     int // outstanding RDMA READs/atomics a QP accepts
-	MaxQPInitRdAtom int // outstanding RDMA READs/atomics a QP initiates
-	MaxSRQ          int
-	MaxSRQWR        int
-	MaxSRQSGE       int
-	MaxInlineData   int
-	MaxMsgSize      uint64
-	AtomicCap       string // "HCA": atomics are atomic with respect to this device
-	PhysPortCnt     int
-	LocalCAAckDelay int
-	MaxPKeys        int
-	DeviceCapFlags  DeviceCapFlags // what the device supports (SYS_IMAGE_GUID, RC_RNR_NAK_GEN)
+	FWVer            string
+	NodeGUID         uint64
+	SysImageGUID     uint64
+	MaxMRSize        uint64
+	VendorID         uint32
+	MaxQP            int
+	MaxQPWR          int
+	MaxSGE           int
+	MaxSGERD         int
+	MaxCQ            int
+	MaxCQE           int
+	MaxMR            int
+	MaxPD            int
+	MaxQPRdAtom      int // outstanding RDMA READs/atomics a QP accepts
+	MaxQPInitRdAtom  int // outstanding RDMA READs/atomics a QP initiates
+	MaxSRQ           int
+	MaxSRQWR         int
+	MaxSRQSGE        int
+	MaxInlineData    int
+	MaxMsgSize       uint64
+	AtomicCap        string // "HCA": atomics are atomic with respect to this device
+	PhysPortCnt      int
+	LocalCAAckDelay  int
+	MaxPKeys         int
+	MaxAH            int            // address handles (UD)
+	MaxMcastGrp      int            // multicast groups
+	MaxMcastQPAttach int            // QPs attached to one group
+	DeviceCapFlags   DeviceCapFlags // what the device supports (SYS_IMAGE_GUID, RC_RNR_NAK_GEN)
 }
 
 // PortState is a port's state (enum ibv_port_state).

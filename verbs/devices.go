@@ -173,6 +173,7 @@ func describe(addr netip.Addr, ifc netIface, mtu int) DeviceInfo {
 			MaxMR: maxMR, MaxPD: maxPD, MaxQPRdAtom: maxRdAtom, MaxQPInitRdAtom: maxRdAtom,
 			MaxSRQ: maxSRQ, MaxSRQWR: maxSRQWR, MaxSRQSGE: maxSRQSGE, MaxInlineData: maxInline,
 			MaxMsgSize: 1 << 31, AtomicCap: "HCA", PhysPortCnt: 1, LocalCAAckDelay: 15, MaxPKeys: 64,
+			MaxAH: maxAH, MaxMcastGrp: maxMcastGroups, MaxMcastQPAttach: maxMcastQPs,
 			DeviceCapFlags: deviceCapFlags,
 		},
 		Port: PortAttr{State: state, MaxMTU: MTU4096, ActiveMTU: ActiveMTU(mtu),
