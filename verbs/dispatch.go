@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
@@ -166,10 +167,7 @@ func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
 				continue
 			}
 			batches[wi] = nil
-			w := p.workers[wi]
-			select {
-			case w.ch <- event{kind: evPackets, batch: bt}:
-			case <-w.exited:
+			if !p.deliver(p.workers[wi], bt) {
 				return
 			}
 		}
@@ -188,13 +186,28 @@ func (p *dispatcher) queue(batches []*rxBatch, qp *QP, b []byte, from netip.Addr
 	bt.n++
 	if bt.n == len(bt.bufs) {
 		batches[wi] = nil
-		select {
-		case p.workers[wi].ch <- event{kind: evPackets, batch: bt}:
-		case <-p.workers[wi].exited:
-			return false
-		}
+		return p.deliver(p.workers[wi], bt)
 	}
 	return true
+}
+
+// inlineBatch is the largest batch the reader runs itself.
+const inlineBatch = 4
+
+// deliver hands a batch of received packets to its worker: run at once on
+// the reader when the worker is idle, queued otherwise. It returns false
+// once the worker has stopped.
+func (p *dispatcher) deliver(w *worker, bt *rxBatch) bool {
+	// Only small batches run on the reader: a burst is handed over so that
+	// the reader goes back to draining the socket (a full socket buffer
+	// drops packets), while a lone packet — a ping-pong's — saves the
+	// wake-up of the worker.
+	if bt.n <= inlineBatch && w.tryInline() {
+		w.handleEvent(event{kind: evPackets, batch: bt})
+		w.finish()
+		return true
+	}
+	return w.send(event{kind: evPackets, batch: bt})
 }
 
 // worker runs the QPs hashed to it. It implements transport.Env.
@@ -205,7 +218,14 @@ type worker struct {
 	exited chan struct{}
 	timer  *time.Timer
 
-	// Owned by the worker goroutine.
+	// mu is held by whoever runs the worker's QPs: the worker goroutine, or
+	// a goroutine that runs them inline (see tryInline). pending counts
+	// events sent to ch and not yet handled.
+	mu      sync.Mutex
+	pending atomic.Int64
+	stopped bool // under mu: the worker has quit
+
+	// Owned by the holder of mu.
 	qps    map[uint32]*QP
 	dirty  []*QP // QPs to run Progress on, each once (QP.dirty)
 	spare  []*QP // the other dirty list, reused
@@ -219,6 +239,7 @@ func (w *worker) run() {
 	for {
 		select {
 		case ev := <-w.ch:
+			w.mu.Lock()
 			w.handle(ev)
 			for more := true; more; { // take what else is queued before writing
 				select {
@@ -229,6 +250,7 @@ func (w *worker) run() {
 				}
 			}
 		case <-w.timer.C:
+			w.mu.Lock()
 			now := time.Now()
 			for len(w.timers) > 0 && !now.Before(w.timers[0].tAt) {
 				qp := heap.Pop(&w.timers).(*QP)
@@ -239,16 +261,61 @@ func (w *worker) run() {
 				w.markDirty(qp) // Progress, then track files its next deadline
 			}
 		case <-w.quit:
+			w.mu.Lock()
+			w.stopped = true
 			w.flush()
+			w.mu.Unlock()
 			return
 		}
-		w.progress()
-		w.flush()
-		w.rearm()
+		w.finish()
 	}
 }
 
+// finish ends a turn on the worker: Progress for the dirty QPs, write what
+// they queued, set the timer, and release the worker.
+func (w *worker) finish() {
+	w.progress()
+	w.flush()
+	w.rearm()
+	w.mu.Unlock()
+}
+
+// send queues an event for the worker goroutine; false once it stopped.
+func (w *worker) send(ev event) bool {
+	w.pending.Add(1)
+	select {
+	case w.ch <- ev:
+		return true
+	case <-w.exited:
+		w.pending.Add(-1)
+		return false
+	}
+}
+
+// tryInline takes the worker for the calling goroutine when it is idle:
+// nobody runs it and no event is queued or being handled, so work done now
+// keeps its order with all other work. The caller then ends with finish.
+// This saves a goroutine wake-up per packet or post on an idle worker,
+// which is most of a ping-pong's latency.
+func (w *worker) tryInline() bool {
+	if w.pending.Load() != 0 || !w.mu.TryLock() {
+		return false
+	}
+	if w.pending.Load() != 0 || w.stopped {
+		w.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// handle runs one event taken from ch (or, for a batch, one an inline
+// reader hands over: handleInline).
 func (w *worker) handle(ev event) {
+	defer w.pending.Add(-1)
+	w.handleEvent(ev)
+}
+
+func (w *worker) handleEvent(ev event) {
 	switch ev.kind {
 	case evPackets:
 		now := time.Now()
@@ -295,7 +362,7 @@ func (w *worker) progress() {
 	for len(w.dirty) > 0 {
 		list := w.dirty
 		w.dirty = w.spare[:0]
-		for _, qp := range list {
+		for i, qp := range list {
 			qp.dirty = false
 			// A fresh time for each step: writing can block on a full link,
 			// and timers armed with a stale time would expire early.
@@ -308,6 +375,15 @@ func (w *worker) progress() {
 				case ev := <-w.ch:
 					w.handle(ev)
 				default:
+					if w.pending.Load() > 0 {
+						// An event was taken from ch and waits for the
+						// worker (an inline holder has it): hand over,
+						// keeping the rest of the turn queued.
+						w.dirty = append(w.dirty, list[i+1:]...)
+						clear(list)
+						w.spare = list[:0]
+						return
+					}
 				}
 			}
 		}
@@ -409,10 +485,13 @@ func (w *worker) flush() {
 
 // kick queues a kick event for qp.
 func (w *worker) kick(qp *QP) {
-	select {
-	case w.ch <- event{kind: evKick, qp: qp}:
-	case <-w.exited:
+	if w.tryInline() {
+		qp.kicked.Store(false)
+		w.markDirty(qp)
+		w.finish()
+		return
 	}
+	w.send(event{kind: evKick, qp: qp})
 }
 
 // call runs fn on the worker and waits for it; after the worker has
@@ -422,9 +501,7 @@ func (w *worker) call(fn func()) { w.callQP(nil, fn) }
 // callQP is call for work on one QP, which then gets a Progress turn.
 func (w *worker) callQP(qp *QP, fn func()) {
 	done := make(chan struct{})
-	select {
-	case w.ch <- event{kind: evCall, qp: qp, fn: fn, done: done}:
-	case <-w.exited:
+	if !w.send(event{kind: evCall, qp: qp, fn: fn, done: done}) {
 		fn()
 		return
 	}
