@@ -329,7 +329,14 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	st := qp.State()
 	n, err := qp.t.PostSend(wrs, st)
 	if n > 0 {
-		qp.kick()
+		// Work posted to an idle queue (a ping-pong's) goes out at once
+		// from this goroutine; a queue with work already outstanding (a
+		// bandwidth test's) is left to the worker, which batches it.
+		if qp.t.SendQueueLen() == n {
+			qp.kickInline()
+		} else {
+			qp.kick()
+		}
 	}
 	if err != nil {
 		return n, &QPError{qp.qpn, fmt.Sprintf("post_send WR %d", n), err}
@@ -364,6 +371,14 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 
 // kick asks the QP's worker to run the requester.
 func (qp *QP) kick() {
+	if !qp.kicked.Swap(true) {
+		qp.w.send(event{kind: evKick, qp: qp})
+	}
+}
+
+// kickInline runs the QP now on this goroutine if its worker is idle, and
+// kicks it otherwise.
+func (qp *QP) kickInline() {
 	if !qp.kicked.Swap(true) {
 		qp.w.kick(qp)
 	}

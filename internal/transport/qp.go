@@ -358,6 +358,13 @@ func (qp *QP) Quiesce() {
 	}
 }
 
+// SendQueueLen returns the number of send WQEs posted and not yet
+// retired; any goroutine may call it.
+func (qp *QP) SendQueueLen() int {
+	head, tail := qp.cfg.SQ.bounds()
+	return int(tail - head)
+}
+
 // Outstanding returns the number of send WQEs not yet completed and
 // responses the responder has still to send: both 0 when the QP is idle.
 func (qp *QP) Outstanding() (sends, responses int) {
