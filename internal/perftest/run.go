@@ -242,7 +242,7 @@ func (s *side) poll(cq *verbs.CQ, wcs []verbs.WC, until time.Time) ([]verbs.WC, 
 			}
 			return wcs[:n], nil
 		}
-		if !until.IsZero() && spins%64 == 0 && time.Now().After(until) {
+		if !until.IsZero() && time.Now().After(until) {
 			return nil, errTimeUp
 		}
 		if spins < spinPolls && !s.p.Events {
@@ -258,7 +258,11 @@ func (s *side) poll(cq *verbs.CQ, wcs []verbs.WC, until time.Time) ([]verbs.WC, 
 		if cq.Len() > 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		wait := 100 * time.Millisecond
+		if !until.IsZero() {
+			wait = min(wait, max(time.Until(until), 0))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		ch.Get(ctx)
 		cancel()
 	}
