@@ -68,15 +68,11 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if !cfg.Server.IsValid() {
 		cfg.Server, cfg.Client = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	}
-	srv, err := verbs.Open(verbs.Config{Addr: cfg.Server})
+	srv, cli, err := openDevices(cfg.Server, cfg.Client)
 	if err != nil {
-		return nil, fmt.Errorf("open server device: %w", err)
+		return nil, err
 	}
 	defer srv.Close()
-	cli, err := verbs.Open(verbs.Config{Addr: cfg.Client})
-	if err != nil {
-		return nil, fmt.Errorf("open client device: %w", err)
-	}
 	defer cli.Close()
 
 	fmt.Fprintf(out, "goroce bench: %s between two goroce devices (%v, %v) and over TCP, in one run\n",
@@ -113,7 +109,8 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	}
 	bytesPerConn := int64(p.Size) * int64(p.Iters)
 	cpu0 = cpuTime()
-	tcpBytes, err := tcpBandwidthBytes(cfg, p.Size, bytesPerConn, &res.TCPBW)
+	var tcpBytes int64
+	res.TCPBW, tcpBytes, err = tcpBandwidth(cfg, p.Size, bytesPerConn)
 	if err != nil {
 		return nil, fmt.Errorf("TCP bandwidth: %w", err)
 	}
@@ -150,6 +147,18 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	}
 	fmt.Fprint(out, " (bandwidth: above 1x goroce is faster; latency and CPU: below 1x goroce is better)\n")
 	return res, nil
+}
+
+// openDevices opens the server's and the client's devices.
+func openDevices(server, client netip.Addr) (srv, cli *verbs.Device, err error) {
+	if srv, err = verbs.Open(verbs.Config{Addr: server}); err != nil {
+		return nil, nil, fmt.Errorf("open server device: %w", err)
+	}
+	if cli, err = verbs.Open(verbs.Config{Addr: client}); err != nil {
+		srv.Close()
+		return nil, nil, fmt.Errorf("open client device: %w", err)
+	}
+	return srv, cli, nil
 }
 
 // pair runs a perftest test between the two devices and prints the

@@ -75,15 +75,11 @@ func iters(total int64, size, qps int) int {
 // and prints a table as it goes.
 func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	cfg.defaults()
-	srv, err := verbs.Open(verbs.Config{Addr: cfg.Server})
+	srv, cli, err := openDevices(cfg.Server, cfg.Client)
 	if err != nil {
-		return nil, fmt.Errorf("open server device: %w", err)
+		return nil, err
 	}
 	defer srv.Close()
-	cli, err := verbs.Open(verbs.Config{Addr: cfg.Client})
-	if err != nil {
-		return nil, fmt.Errorf("open client device: %w", err)
-	}
 	defer cli.Close()
 	tcfg := Config{Server: cfg.Server, Client: cfg.Client, QPs: 1, LatIters: cfg.LatIters}
 	bw := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
@@ -99,7 +95,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 		}
 		tc := tcfg
 		tc.QPs = 1
-		t, err := tcpBandwidth(tc, size, int64(size)*int64(n))
+		t, _, err := tcpBandwidth(tc, size, int64(size)*int64(n))
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +134,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 		}
 		tc := tcfg
 		tc.QPs = q
-		t, err := tcpBandwidth(tc, cfg.QPSize, int64(cfg.QPSize)*int64(n))
+		t, _, err := tcpBandwidth(tc, cfg.QPSize, int64(cfg.QPSize)*int64(n))
 		if err != nil {
 			return nil, err
 		}

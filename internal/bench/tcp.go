@@ -26,26 +26,14 @@ func dialPair(cfg Config, ln net.Listener) (c, s net.Conn, err error) {
 	return c, s, nil
 }
 
-// tcpBandwidthBytes is tcpBandwidth that also returns the bytes moved.
-func tcpBandwidthBytes(cfg Config, size int, n int64, mibps *float64) (int64, error) {
-	var total int64
-	v, err := tcpBandwidthN(cfg, size, n, &total)
-	*mibps = v
-	return total, err
-}
-
 // tcpBandwidth moves n bytes in size-byte writes over each of cfg.QPs
 // connections at once (or for cfg.Duration seconds) and returns the
-// aggregate MiB/s, from the first write to the receivers' last byte.
-func tcpBandwidth(cfg Config, size int, n int64) (float64, error) {
-	var total int64
-	return tcpBandwidthN(cfg, size, n, &total)
-}
-
-func tcpBandwidthN(cfg Config, size int, n int64, moved64 *int64) (float64, error) {
+// aggregate MiB/s, from the first write to the receivers' last byte, and
+// the bytes moved.
+func tcpBandwidth(cfg Config, size int, n int64) (mibps float64, bytes int64, err error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Server.String(), "0"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer ln.Close()
 	type conn struct{ c, s net.Conn }
@@ -53,7 +41,7 @@ func tcpBandwidthN(cfg Config, size int, n int64, moved64 *int64) (float64, erro
 	for i := range conns {
 		c, s, err := dialPair(cfg, ln)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		defer c.Close()
 		defer s.Close()
@@ -94,12 +82,11 @@ func tcpBandwidthN(cfg Config, size int, n int64, moved64 *int64) (float64, erro
 	var total int64
 	for i := range conns {
 		if errs[i] != nil {
-			return 0, errs[i]
+			return 0, 0, errs[i]
 		}
 		total += moved[i]
 	}
-	*moved64 = total
-	return float64(total) / elapsed / (1 << 20), nil
+	return float64(total) / elapsed / (1 << 20), total, nil
 }
 
 // tcpLatency ping-pongs 2-byte messages over one connection, as

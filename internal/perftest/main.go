@@ -117,7 +117,7 @@ func session(p *Params, conn *Conn, localMTU int, devName string, out io.Writer,
 	defer pl.close()
 	p.devName, p.mtuBytes, p.gidIndex = devName, mtu, gidIdx
 	r := &runner{pl: pl, p: p, c: conn, out: out, client: conn.client, mtu: mtu, my: pl.local()}
-	p.header(out, devName, mtu, gidIdx, r.client)
+	p.header(out, r.client)
 	switch {
 	case p.Kind == BW && p.Verb == Send:
 		return r.sendBW()

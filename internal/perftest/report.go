@@ -22,7 +22,9 @@ const (
 )
 
 // header prints the test information block (ctx_print_test_info).
-func (p *Params) header(w io.Writer, dev string, mtu int, gidIndex int, client bool) {
+// The device, MTU and GID index are the run's (p.devName, p.mtuBytes,
+// p.gidIndex).
+func (p *Params) header(w io.Writer, client bool) {
 	var b strings.Builder
 	b.WriteString(resultLine)
 	b.WriteString("                    " + p.verbStr() + " ")
@@ -44,7 +46,7 @@ func (p *Params) header(w io.Writer, dev string, mtu int, gidIndex int, client b
 	if p.Events {
 		b.WriteString(" Test with events.\n")
 	}
-	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", dev)
+	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", p.devName)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", p.QPs)
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : OFF\n", p.Conn)
 	b.WriteString(" PCIe relax order: Unsupported\n")
@@ -61,9 +63,9 @@ func (p *Params) header(w io.Writer, dev string, mtu int, gidIndex int, client b
 	if p.Kind == BW {
 		fmt.Fprintf(&b, " CQ Moderation   : %d\n", p.CQMod)
 	}
-	fmt.Fprintf(&b, " Mtu             : %d[B]\n", mtu)
+	fmt.Fprintf(&b, " Mtu             : %d[B]\n", p.mtuBytes)
 	b.WriteString(" Link type       : Ethernet\n")
-	fmt.Fprintf(&b, " GID index       : %d\n", gidIndex)
+	fmt.Fprintf(&b, " GID index       : %d\n", p.gidIndex)
 	if p.Verb != Read && p.Verb != Atomic {
 		fmt.Fprintf(&b, " Max inline data : %d[B]\n", p.Inline)
 	} else {

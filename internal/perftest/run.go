@@ -635,6 +635,23 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 			}
 		}
 	}
+	// send posts the WR, stamps it and waits for its completion; a timed
+	// run's last message may go unanswered (errTimeUp), as in perftest.
+	send := func() error {
+		if dc == nil {
+			posted = append(posted, s.now())
+		}
+		if _, err := s.qps[0].PostSend(wr); err != nil {
+			return err
+		}
+		if _, err := s.poll(s.scq, s.wc, until); err != nil {
+			return err
+		}
+		if sampling {
+			count++
+		}
+		return nil
+	}
 	switch {
 	case p.Verb == Write || p.Verb == Send:
 		first := speaksFirst(p.Verb, s.client)
@@ -665,21 +682,12 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 					return nil, 0, 0, err
 				}
 			}
-			if dc == nil {
-				posted = append(posted, s.now())
-			}
 			scnt++
 			postByte[0] = byte(scnt)
-			if _, err := s.qps[0].PostSend(wr); err != nil {
-				return nil, 0, 0, err
-			}
-			if _, err := s.poll(s.scq, s.wc, until); err == errTimeUp {
-				break // a timed run's last message may go unanswered, as in perftest
+			if err := send(); err == errTimeUp {
+				break
 			} else if err != nil {
 				return nil, 0, 0, err
-			}
-			if sampling {
-				count++
 			}
 		}
 		if first && dc == nil && rcnt < scnt {
@@ -690,23 +698,11 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 			}
 		}
 	default: // read, atomic: only the client posts
-		for c := 0; c < iters; c++ {
-			if !tick() {
+		for c := 0; c < iters && tick(); c++ {
+			if err := send(); err == errTimeUp {
 				break
-			}
-			if dc == nil {
-				posted = append(posted, s.now())
-			}
-			if _, err := s.qps[0].PostSend(wr); err != nil {
-				return nil, 0, 0, err
-			}
-			if _, err := s.poll(s.scq, s.wc, until); err == errTimeUp {
-				break // a timed run's last message may go unanswered, as in perftest
 			} else if err != nil {
 				return nil, 0, 0, err
-			}
-			if sampling {
-				count++
 			}
 		}
 	}
