@@ -14,11 +14,11 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -188,11 +188,11 @@ func pairOnce(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Wri
 	if err != nil {
 		return "", err
 	}
-	var srvOut syncWriter
+	var srvOut syncbuf.Buffer
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- perftest.Run(sp, srv, &srvOut) }()
 	// The server listens before it prints its banner.
-	for deadline := time.Now().Add(5 * time.Second); !srvOut.contains("Waiting for client"); {
+	for deadline := time.Now().Add(5 * time.Second); !srvOut.Contains("Waiting for client"); {
 		select {
 		case err := <-srvDone:
 			return "", fmt.Errorf("%s server: %w", t.Name(), err)
@@ -213,23 +213,6 @@ func pairOnce(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Wri
 		return "", fmt.Errorf("%s server: %w", t.Name(), srvErr)
 	}
 	return cliOut.String(), nil
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) contains(s string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return bytes.Contains(w.b.Bytes(), []byte(s))
 }
 
 func freePort(a netip.Addr) (int, error) {

@@ -7,37 +7,12 @@ import (
 	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/verbs"
 )
-
-// syncBuffer is an output a test can read while run writes it; ready is
-// closed by the first write, which for a server means it is listening.
-type syncBuffer struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	ready chan struct{}
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{ready: make(chan struct{})} }
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() == 0 {
-		close(b.ready)
-	}
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // result is what one run returned.
 type result struct {
@@ -47,14 +22,14 @@ type result struct {
 
 // start runs rc_pingpong with args in a goroutine; wait for the result on
 // the channel. The returned buffer is its stdout.
-func start(ctx context.Context, args ...string) (*syncBuffer, <-chan result) {
+func start(ctx context.Context, args ...string) (*syncbuf.Buffer, <-chan result) {
 	return startKind(ctx, verbs.QPTypeRC, args...)
 }
 
 // startKind is start for the tool of kind: rc_pingpong, uc_pingpong or
 // ud_pingpong.
-func startKind(ctx context.Context, kind Kind, args ...string) (*syncBuffer, <-chan result) {
-	out, errs := newSyncBuffer(), newSyncBuffer()
+func startKind(ctx context.Context, kind Kind, args ...string) (*syncbuf.Buffer, <-chan result) {
+	out, errs := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	ch := make(chan result, 1)
 	go func() {
 		code := Run(ctx, kind, toolName(kind), args, out, errs)
@@ -91,7 +66,7 @@ func pairKind(t *testing.T, ctx context.Context, kind Kind, srvArgs, cliArgs []s
 	port := fmt.Sprint(freePort(t))
 	out, srvCh := startKind(ctx, kind, append([]string{"-d", "127.0.0.1", "-p", port}, srvArgs...)...)
 	select {
-	case <-out.ready:
+	case <-out.Ready():
 	case r := <-srvCh:
 		t.Fatalf("server exited with %d before listening: %s", r.code, r.stderr)
 	}
@@ -189,10 +164,10 @@ func peerGone(t *testing.T, kind Kind) {
 	base := runtime.NumGoroutine()
 	port := fmt.Sprint(freePort(t))
 	out, srvCh := startKind(t.Context(), kind, "-d", "127.0.0.1", "-p", port, "-n", "1000000", "--timeout=2s")
-	<-out.ready
+	<-out.Ready()
 	ctx, cancel := context.WithCancel(t.Context())
 	cliOut, cliCh := startKind(ctx, kind, "-d", "127.0.0.2", "-p", port, "-n", "1000000", "127.0.0.1")
-	<-cliOut.ready
+	<-cliOut.Ready()
 	time.Sleep(300 * time.Millisecond)
 	cancel()
 	cli := await(t, "client", cliCh, 10*time.Second)
@@ -225,7 +200,7 @@ func TestExchangeFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			port := freePort(t)
 			out, srvCh := start(t.Context(), "-d", "127.0.0.1", "-p", fmt.Sprint(port), "--timeout", "300ms")
-			<-out.ready
+			<-out.Ready()
 			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 			if err != nil {
 				t.Fatal(err)

@@ -28,9 +28,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/goroce/goroce/internal/syncbuf"
 )
 
 const (
@@ -354,30 +355,13 @@ func listening(pid int) bool {
 
 type proc struct {
 	cmd  *exec.Cmd
-	buf  *syncBuf
+	buf  *syncbuf.Buffer
 	done chan struct{}
 	err  error
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func start(cmd *exec.Cmd) (*proc, error) {
-	p := &proc{cmd: cmd, buf: &syncBuf{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, buf: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout = p.buf
 	cmd.Stderr = p.buf
 	cmd.Stdin = nil
