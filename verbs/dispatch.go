@@ -69,13 +69,22 @@ type dispatcher struct {
 	dev        *Device
 	workers    []*worker
 	readerDone chan struct{}
+	closing    chan struct{} // closed by stop: a parked reader ends
+
+	// Busy polling (Device.Progress): lastPoll is when a goroutine last
+	// polled (nanotime; 0: nobody polls), pollWake wakes the parked
+	// reader when polling ends, poll is the pollers' routing state.
+	lastPoll atomic.Int64
+	pollWake chan struct{}
+	pollMu   sync.Mutex
+	poll     *router // guarded by pollMu
 }
 
 func newDispatcher(d *Device, n int) *dispatcher {
 	if n <= 0 {
 		n = min(runtime.GOMAXPROCS(0), 4)
 	}
-	p := &dispatcher{dev: d, readerDone: make(chan struct{})}
+	p := &dispatcher{dev: d, readerDone: make(chan struct{}), closing: make(chan struct{}), pollWake: make(chan struct{}, 1)}
 	for range n {
 		w := &worker{dev: d, ch: make(chan event, 1024), quit: make(chan struct{}), exited: make(chan struct{}),
 			qps: map[uint32]*QP{}, timer: time.NewTimer(time.Hour)}
@@ -89,8 +98,10 @@ func newDispatcher(d *Device, n int) *dispatcher {
 
 func (p *dispatcher) workerFor(qpn uint32) *worker { return p.workers[qpn%uint32(len(p.workers))] }
 
-// stop ends the workers; the reader ends when the link closes.
+// stop ends the reader, which ends when the link closes (or, parked, at
+// once), and the workers.
 func (p *dispatcher) stop() {
+	close(p.closing)
 	<-p.readerDone
 	for _, w := range p.workers {
 		close(w.quit)
@@ -106,105 +117,256 @@ func (p *dispatcher) read() {
 
 // readLink reads l until it closes and routes its packets to the workers.
 // group is the multicast group l receives for, or the zero Addr for the
-// device's unicast link.
+// device's unicast link, whose reader steps aside while the device is
+// busy-polled.
 func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
-	var pkts [link.MaxBatch]link.Packet
-	batches := make([]*rxBatch, len(p.workers))
-	dst := p.dev.cfg.Addr
-	if group.IsValid() {
-		dst = group
-	}
+	r := p.newRouter(group)
+	defer r.release()
 	for {
-		for i := range pkts {
-			if cap(pkts[i].Buf) == 0 {
-				pkts[i].Buf = fullBuf()
-			}
-			pkts[i].Buf = pkts[i].Buf[:link.MaxPacket]
-		}
-		n, err := l.ReadBatch(pkts[:])
-		if err != nil {
-			for i := range pkts {
-				putBuf(pkts[i].Buf)
-			}
+		if !group.IsValid() && !p.parkWhilePolled() {
 			return
+		}
+		r.fill()
+		n, err := l.ReadBatch(r.pkts[:])
+		if err != nil {
+			r.used = len(r.pkts)
+			return
+		}
+		if n == 0 { // interrupted: a poller took over
+			continue
 		}
 		if !group.IsValid() {
 			p.dev.updateLinkCounters()
 		}
-		for i := range n {
-			b := pkts[i].Buf
-			qpn := wire.BTH(b).DestQP()
-			if qpn == transport.MulticastQPN {
-				// IBA multicast: a copy for every QP attached to the group.
-				// Only group links carry them (the unicast socket never
-				// sees a group address).
-				if group.IsValid() {
-					for _, qp := range p.dev.mcastQPs(group) {
-						c := getBuf()[:len(b)]
-						copy(c, b)
-						if !p.queue(batches, qp, c, pkts[i].Peer, dst) {
-							return
-						}
-					}
-				} else {
-					p.dev.stats.Inc(stats.Malformed)
-				}
-				continue // the buffer is reused
-			}
-			v, _ := p.dev.qpTable.Load(qpn)
-			qp, _ := v.(*QP)
-			if qp == nil || group.IsValid() {
-				p.dev.stats.Inc(stats.Malformed) // no such QP: dropped (the buffer is reused)
-				continue
-			}
-			if !p.queue(batches, qp, b, pkts[i].Peer, dst) {
-				return
-			}
-			pkts[i].Buf = nil
-		}
-		for wi, bt := range batches {
-			if bt == nil {
-				continue
-			}
-			batches[wi] = nil
-			if !p.deliver(p.workers[wi], bt) {
-				return
-			}
+		if !r.route(n) {
+			return
 		}
 	}
 }
 
-// queue adds a packet for qp to its worker's batch, handing the batch over
-// when it is full. It returns false once the workers have stopped.
-func (p *dispatcher) queue(batches []*rxBatch, qp *QP, b []byte, from netip.AddrPort, dst netip.Addr) bool {
-	wi := int(qp.qpn % uint32(len(p.workers)))
-	if batches[wi] == nil {
-		batches[wi] = batchPool.Get().(*rxBatch)
+// router routes the packets one goroutine reads to the workers.
+type router struct {
+	p       *dispatcher
+	pkts    [link.MaxBatch]link.Packet
+	batches []*rxBatch // per worker, the batch being filled
+	group   netip.Addr // the multicast group read, or the zero Addr
+	dst     netip.Addr // the packets' destination address
+	used    int        // pkts[:used] may need a buffer or their full length back
+
+	// A busy poller's router runs every batch on its own goroutine when
+	// the worker is idle, and leaves the ACKs that come of it queued for
+	// a moment (worker.finishTurn); the reader runs only small batches.
+	poller bool
+}
+
+func (p *dispatcher) newRouter(group netip.Addr) *router {
+	r := &router{p: p, batches: make([]*rxBatch, len(p.workers)), group: group, dst: p.dev.cfg.Addr, used: link.MaxBatch}
+	if group.IsValid() {
+		r.dst = group
 	}
-	bt := batches[wi]
-	bt.bufs[bt.n], bt.qpn[bt.n], bt.origin[bt.n] = b, qp.qpn, transport.Origin{Src: from, Dst: dst}
-	bt.n++
-	if bt.n == len(bt.bufs) {
-		batches[wi] = nil
-		return p.deliver(p.workers[wi], bt)
+	return r
+}
+
+// fill gives every packet slot a full buffer to read into. Only the slots
+// the last read touched need it: a read of n packets reslices at most the
+// first n+1 (see link.Link.ReadBatch) and route takes buffers from the
+// first n.
+func (r *router) fill() {
+	for i := range r.pkts[:r.used] {
+		if cap(r.pkts[i].Buf) == 0 {
+			r.pkts[i].Buf = fullBuf()
+		}
+		r.pkts[i].Buf = r.pkts[i].Buf[:link.MaxPacket]
+	}
+	r.used = 0
+}
+
+// release returns the slots' buffers to the pool.
+func (r *router) release() {
+	for i := range r.pkts {
+		if cap(r.pkts[i].Buf) != 0 {
+			putBuf(r.pkts[i].Buf)
+			r.pkts[i].Buf = nil
+		}
+	}
+}
+
+// route hands pkts[:n] to their QPs' workers. It returns false once the
+// workers have stopped.
+func (r *router) route(n int) bool {
+	p := r.p
+	r.used = min(n+1, len(r.pkts))
+	for i := range n {
+		b := r.pkts[i].Buf
+		qpn := wire.BTH(b).DestQP()
+		if qpn == transport.MulticastQPN {
+			// IBA multicast: a copy for every QP attached to the group.
+			// Only group links carry them (the unicast socket never
+			// sees a group address).
+			if r.group.IsValid() {
+				for _, qp := range p.dev.mcastQPs(r.group) {
+					c := getBuf()[:len(b)]
+					copy(c, b)
+					if !r.queue(qp, c, r.pkts[i].Peer) {
+						return false
+					}
+				}
+			} else {
+				p.dev.stats.Inc(stats.Malformed)
+			}
+			continue // the buffer is reused
+		}
+		v, _ := p.dev.qpTable.Load(qpn)
+		qp, _ := v.(*QP)
+		if qp == nil || r.group.IsValid() {
+			p.dev.stats.Inc(stats.Malformed) // no such QP: dropped (the buffer is reused)
+			continue
+		}
+		if !r.queue(qp, b, r.pkts[i].Peer) {
+			return false
+		}
+		r.pkts[i].Buf = nil
+	}
+	for wi, bt := range r.batches {
+		if bt == nil {
+			continue
+		}
+		r.batches[wi] = nil
+		if !r.deliver(p.workers[wi], bt) {
+			return false
+		}
 	}
 	return true
+}
+
+// queue adds a packet for qp to its worker's batch, handing the batch over
+// when it is full. It returns false once the workers have stopped.
+func (r *router) queue(qp *QP, b []byte, from netip.AddrPort) bool {
+	wi := int(qp.qpn % uint32(len(r.p.workers)))
+	if r.batches[wi] == nil {
+		r.batches[wi] = batchPool.Get().(*rxBatch)
+	}
+	bt := r.batches[wi]
+	bt.bufs[bt.n], bt.qpn[bt.n], bt.origin[bt.n] = b, qp.qpn, transport.Origin{Src: from, Dst: r.dst}
+	bt.n++
+	if bt.n == len(bt.bufs) {
+		r.batches[wi] = nil
+		return r.deliver(r.p.workers[wi], bt)
+	}
+	return true
+}
+
+// pollGrace is how long after the last Device.Progress call the reader
+// stays parked, unless polling ends explicitly (endPoll).
+const pollGrace = time.Millisecond
+
+// epoch is the origin of nanotime.
+var epoch = time.Now()
+
+// nanotime is a monotonic clock in nanoseconds, never 0.
+func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
+
+// progress reads what has arrived on the device's link, without waiting,
+// and runs it on the calling goroutine where the workers are idle. It
+// returns the packets read.
+func (p *dispatcher) progress(now int64) int {
+	if p.lastPoll.Swap(now) == 0 {
+		// Polling starts: get the reader out of its wait, in which it
+		// holds the socket, and into parkWhilePolled.
+		p.dev.link.Interrupt()
+	}
+	if !p.pollMu.TryLock() {
+		return 0
+	}
+	defer p.pollMu.Unlock()
+	if p.poll == nil {
+		p.poll = p.newRouter(netip.Addr{})
+		p.poll.poller = true
+	}
+	r := p.poll
+	r.fill()
+	n, err := p.dev.link.PollBatch(r.pkts[:])
+	if err != nil || n == 0 {
+		r.used = 1 // a read that finds nothing touches at most the first slot
+		if err != nil {
+			r.used = len(r.pkts)
+		}
+		p.flushHeld(now)
+		return 0
+	}
+	p.dev.updateLinkCounters()
+	r.route(n)
+	return n
+}
+
+// flushHeld writes the ACKs held back by pollers' turns that are due at
+// now (all of them, with now 0) on workers that are idle; a busy worker
+// writes them at the end of its turn.
+func (p *dispatcher) flushHeld(now int64) {
+	for _, w := range p.workers {
+		if at := w.heldAt.Load(); at != 0 && (now == 0 || now >= at) && w.tryInline() {
+			w.finish()
+		}
+	}
+}
+
+// endPoll gives the socket back to the reader at once.
+func (p *dispatcher) endPoll() {
+	p.flushHeld(0)
+	p.lastPoll.Store(0)
+	select {
+	case p.pollWake <- struct{}{}:
+	default:
+	}
+}
+
+// parkWhilePolled keeps the reader off the socket while a goroutine
+// busy-polls the device: a reader waiting in ReadBatch would be woken for
+// the packets the poller is about to take, costing a goroutine wake-up
+// per packet on the other CPU. It returns false when the device stops.
+func (p *dispatcher) parkWhilePolled() bool {
+	var t *time.Timer
+	for {
+		last := p.lastPoll.Load()
+		if last == 0 {
+			return true
+		}
+		left := pollGrace - time.Duration(nanotime()-last)
+		if left <= 0 {
+			p.lastPoll.CompareAndSwap(last, 0)
+			p.flushHeld(0) // the poller went away without EndPoll
+			return true
+		}
+		if t == nil {
+			t = time.NewTimer(left)
+			defer t.Stop()
+		} else {
+			t.Reset(left)
+		}
+		select {
+		case <-p.pollWake:
+		case <-t.C:
+		case <-p.closing:
+			return false
+		}
+	}
 }
 
 // inlineBatch is the largest batch the reader runs itself.
 const inlineBatch = 4
 
 // deliver hands a batch of received packets to its worker: run at once on
-// the reader when the worker is idle, queued otherwise. It returns false
-// once the worker has stopped.
-func (p *dispatcher) deliver(w *worker, bt *rxBatch) bool {
-	// Only small batches run on the reader: a burst is handed over so that
+// the calling goroutine when the worker is idle (the reader: if the batch
+// is small), queued otherwise. It returns false once the worker has
+// stopped.
+func (r *router) deliver(w *worker, bt *rxBatch) bool {
+	// The reader runs only small batches: a burst is handed over so that
 	// the reader goes back to draining the socket (a full socket buffer
 	// drops packets), while a lone packet — a ping-pong's — saves the
-	// wake-up of the worker.
-	if bt.n <= inlineBatch && w.tryInline() {
+	// wake-up of the worker. A busy poller runs everything it reads.
+	if (r.poller || bt.n <= inlineBatch) && w.tryInline() {
 		w.handleEvent(event{kind: evPackets, batch: bt})
-		w.finish()
+		w.finishTurn(r.poller)
 		return true
 	}
 	return w.send(event{kind: evPackets, batch: bt})
@@ -224,6 +386,10 @@ type worker struct {
 	mu      sync.Mutex
 	pending atomic.Int64
 	stopped bool // under mu: the worker has quit
+
+	// heldAt is when the ACKs a busy poller's turn held back in tx
+	// (finishTurn) are due, in nanotime; 0: none are held.
+	heldAt atomic.Int64
 
 	// Owned by the holder of mu.
 	qps    map[uint32]*QP
@@ -273,11 +439,46 @@ func (w *worker) run() {
 
 // finish ends a turn on the worker: Progress for the dirty QPs, write what
 // they queued, set the timer, and release the worker.
-func (w *worker) finish() {
+func (w *worker) finish() { w.finishTurn(false) }
+
+// ackHold is how long a busy poller's turn may hold back the ACKs it
+// queued (finishTurn): far below any retry timeout, and longer than an
+// application takes to answer a message it polled for.
+const ackHold = 20 * time.Microsecond
+
+// finishTurn is finish; with holdAcks, when all that is queued are plain
+// ACKs, they stay queued for up to ackHold. A busy poller's turn ends
+// that way: the application that polled is about to post its answer, and
+// its turn writes the ACK and the answer in one system call, which takes
+// one system call off the critical path of every ping-pong message. An
+// ACK may be delayed and coalesced (IBA 9.7.5.1.2: an ACK acknowledges
+// every earlier PSN). Held ACKs are written by the first of: the
+// worker's next turn that is not a poller's, the poller's first poll that
+// finds nothing after ackHold (dispatcher.flushHeld), the end of polling.
+// No timer does it: arming one per message would wake the Go netpoller's
+// thread each time, which costs more than the system call saved.
+func (w *worker) finishTurn(holdAcks bool) {
 	w.progress()
-	w.flush()
+	if at := w.heldAt.Load(); holdAcks && w.onlyAcks() && (at == 0 || nanotime() < at) {
+		if at == 0 {
+			w.heldAt.Store(nanotime() + int64(ackHold))
+		}
+	} else {
+		w.flush()
+	}
 	w.rearm()
 	w.mu.Unlock()
+}
+
+// onlyAcks reports whether tx holds packets and all of them are ACKs
+// without payload.
+func (w *worker) onlyAcks() bool {
+	for _, p := range w.tx {
+		if wire.BTH(p.Buf).Opcode() != wire.OpAcknowledge {
+			return false
+		}
+	}
+	return len(w.tx) > 0
 }
 
 // send queues an event for the worker goroutine; false once it stopped.
@@ -465,6 +666,9 @@ func (w *worker) Fatal(t *transport.QP, _ transport.WCStatus) {
 
 // flush writes the queued packets.
 func (w *worker) flush() {
+	if w.heldAt.Load() != 0 {
+		w.heldAt.Store(0)
+	}
 	for len(w.tx) > 0 {
 		n, err := w.dev.link.WriteBatch(w.tx)
 		for i := range n {

@@ -2,9 +2,6 @@ package link
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
-	"net"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -132,10 +129,11 @@ type groReader struct {
 	nextID uint16 // the IPv4 ID the next segment most likely carries
 }
 
-// readGRO is ReadBatch for a link with UDP_GRO; u.readMu is held. It
-// returns the packets left from the datagrams of an earlier call first, and
-// reads more only when none are left.
-func (u *UDP) readGRO(pkts []Packet) (int, error) {
+// readGRO is ReadBatch (PollBatch, with wait false) for a link with
+// UDP_GRO; u.readMu is held. It returns the packets left from the
+// datagrams of an earlier call first, and reads more only when none are
+// left.
+func (u *UDP) readGRO(pkts []Packet, wait bool) (int, error) {
 	g, m := u.gro, u.rd
 	if g.arena == nil {
 		g.arena = make([]byte, groSlots*groBufSize)
@@ -145,12 +143,9 @@ func (u *UDP) readGRO(pkts []Packet) (int, error) {
 	}
 	for {
 		if g.off == 0 && g.next >= g.k {
-			k, err := m.readFrom(u.rc, groSlots)
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return 0, net.ErrClosed
-				}
-				return 0, fmt.Errorf("link: read %v: %w", u.laddr, err)
+			k, err := u.recv(groSlots, wait)
+			if k == 0 || err != nil { // without wait, or interrupted
+				return 0, err
 			}
 			g.k, g.next = k, 0
 		}

@@ -115,14 +115,27 @@ type Link interface {
 	// up to len(pkts) of them (at most MaxBatch) and returns how many.
 	// Packets with a wrong ICRC and packets too short to hold a BTH and
 	// an ICRC are counted in Stats and dropped, never returned. After
-	// Close it returns net.ErrClosed. With len(pkts) == 0 it returns
-	// (0, nil) at once.
+	// Close it returns net.ErrClosed. With len(pkts) == 0, or after
+	// Interrupt, it returns (0, nil).
 	//
 	// On return pkts[:n] hold the packets. To pack the good packets to the
 	// front, ReadBatch may exchange the Buf slices of entries of pkts
 	// (never their backing arrays: pkts still holds exactly the buffers
 	// the caller put there).
 	ReadBatch(pkts []Packet) (int, error)
+
+	// PollBatch is ReadBatch without waiting, for a goroutine that
+	// busy-polls: it returns (0, nil) at once when no packet has arrived,
+	// or when another goroutine is in ReadBatch or PollBatch (a packet
+	// that arrives meanwhile goes to that one). After Close it returns
+	// net.ErrClosed, or (0, nil) while a ReadBatch is still returning.
+	PollBatch(pkts []Packet) (int, error)
+
+	// Interrupt makes a ReadBatch that is waiting return (0, nil) at
+	// once, or if none is waiting, the next one. A goroutine that starts
+	// busy-polling calls it so that the reader, which holds the socket
+	// while it waits, lets go of it.
+	Interrupt()
 
 	// WriteBatch fills the ICRC of each packet and sends the packets in
 	// order. It returns how many were sent; if that is fewer than

@@ -46,8 +46,8 @@ func NewMemPairFault(a, b netip.AddrPort, ab, ba FaultConfig) (Link, Link) {
 		}
 	}
 	qa, qb := newMemQueue(), newMemQueue() // packets to a, packets to b
-	la := &memLink{addr: a, peer: b, rx: qa, tx: qb, fault: newFaultStage(ab)}
-	lb := &memLink{addr: b, peer: a, rx: qb, tx: qa, fault: newFaultStage(ba)}
+	la := &memLink{addr: a, peer: b, rx: qa, tx: qb, fault: newFaultStage(ab), interrupt: make(chan struct{}, 1)}
+	lb := &memLink{addr: b, peer: a, rx: qb, tx: qa, fault: newFaultStage(ba), interrupt: make(chan struct{}, 1)}
 	la.fault.startRelease(la.flushHeld)
 	lb.fault.startRelease(lb.flushHeld)
 	return la, lb
@@ -89,7 +89,8 @@ type memLink struct {
 	rx, tx     *memQueue // rx.done is closed by this end's Close
 	stats      counters
 
-	readMu, writeMu sync.Mutex // serialize calls, as the UDP link does
+	readMu, writeMu sync.Mutex    // serialize calls, as the UDP link does
+	interrupt       chan struct{} // Interrupt's token for a waiting or the next ReadBatch
 
 	fault *faultStage // nil: no faults
 	fout  []faultOut  // the fault stage's output; guarded by writeMu
@@ -101,6 +102,13 @@ type memLink struct {
 }
 
 func (l *memLink) LocalAddr() netip.AddrPort { return l.addr }
+
+func (l *memLink) Interrupt() {
+	select {
+	case l.interrupt <- struct{}{}:
+	default:
+	}
+}
 
 func (l *memLink) Stats() Stats {
 	s := l.stats.snapshot()
@@ -218,22 +226,43 @@ func (l *memLink) check(p *Packet) error {
 	return nil
 }
 
-func (l *memLink) ReadBatch(pkts []Packet) (int, error) {
+func (l *memLink) ReadBatch(pkts []Packet) (int, error) { return l.read(pkts, true) }
+
+func (l *memLink) PollBatch(pkts []Packet) (int, error) { return l.read(pkts, false) }
+
+// read is ReadBatch, or with wait false PollBatch.
+func (l *memLink) read(pkts []Packet, wait bool) (int, error) {
 	if len(pkts) == 0 {
 		return 0, nil
 	}
 	pkts = pkts[:min(len(pkts), MaxBatch)]
-	l.readMu.Lock()
+	if !wait {
+		if !l.readMu.TryLock() {
+			return 0, nil
+		}
+	} else {
+		l.readMu.Lock()
+	}
 	defer l.readMu.Unlock()
 	for {
 		if l.closed() {
 			return 0, net.ErrClosed
 		}
 		var s *memSlot
-		select {
-		case s = <-l.rx.full:
-		case <-l.rx.done:
-			return 0, net.ErrClosed
+		if wait {
+			select {
+			case s = <-l.rx.full:
+			case <-l.interrupt:
+				return 0, nil
+			case <-l.rx.done:
+				return 0, net.ErrClosed
+			}
+		} else {
+			select {
+			case s = <-l.rx.full:
+			default:
+				return 0, nil
+			}
 		}
 		var c rxCount
 		n := 0

@@ -38,6 +38,7 @@ type mmsg struct {
 	// functions handed to syscall.RawConn are method values bound once,
 	// not closures allocated per call.
 	off, cnt int
+	noWait   bool // a read returns 0 datagrams instead of waiting
 	n        int
 	errno    syscall.Errno
 	recvF    func(fd uintptr) bool
@@ -86,8 +87,9 @@ func (m *mmsg) clearBufs(n int) {
 }
 
 // readFrom receives up to cnt datagrams into messages 0..cnt-1, waiting in
-// the netpoller until at least one is there.
-func (m *mmsg) readFrom(rc syscall.RawConn, cnt int) (int, error) {
+// the netpoller until at least one is there; with wait false it returns 0
+// at once when none is.
+func (m *mmsg) readFrom(rc syscall.RawConn, cnt int, wait bool) (int, error) {
 	for i := range cnt {
 		h := &m.hs[i].hdr
 		h.Namelen = unix.SizeofSockaddrInet6
@@ -96,7 +98,7 @@ func (m *mmsg) readFrom(rc syscall.RawConn, cnt int) (int, error) {
 		h.Flags = 0
 		m.hs[i].n = 0
 	}
-	m.off, m.cnt = 0, cnt
+	m.off, m.cnt, m.noWait = 0, cnt, !wait
 	if err := rc.Read(m.recvF); err != nil {
 		return 0, err
 	}
@@ -110,7 +112,7 @@ func (m *mmsg) readFrom(rc syscall.RawConn, cnt int) (int, error) {
 // socket buffer is full. It returns how many were sent; the kernel may
 // send fewer than cnt without an error.
 func (m *mmsg) writeTo(rc syscall.RawConn, off, cnt int) (int, error) {
-	m.off, m.cnt = off, cnt
+	m.off, m.cnt, m.noWait = off, cnt, false
 	if err := rc.Write(m.sendF); err != nil {
 		return 0, err
 	}
@@ -125,6 +127,7 @@ func (m *mmsg) send(fd uintptr) bool { return m.call(unix.SYS_SENDMMSG, fd) }
 
 // call makes the system call on a non-blocking socket and reports whether
 // it is done (false: wait for the socket to become ready and call again).
+// With noWait, a socket that is not ready is done with 0 messages.
 func (m *mmsg) call(trap, fd uintptr) bool {
 	for {
 		n, _, e := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.cnt), 0, 0, 0)
@@ -132,6 +135,10 @@ func (m *mmsg) call(trap, fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if m.noWait {
+				m.n, m.errno = 0, 0
+				return true
+			}
 			return false
 		}
 		m.n, m.errno = int(n), e

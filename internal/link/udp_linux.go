@@ -8,7 +8,9 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -119,8 +121,9 @@ type UDP struct {
 	scope uint32         // IPv6 scope (interface index) of a link-local address
 	wbuf  int            // SO_SNDBUF, for the per-port sockets too
 
-	readMu sync.Mutex
-	rd     *mmsg // guarded by readMu
+	readMu      sync.Mutex
+	rd          *mmsg       // guarded by readMu
+	interrupted atomic.Bool // Interrupt was called: a waiting ReadBatch returns
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 
@@ -289,15 +292,27 @@ func (u *UDP) Close() error {
 }
 
 // ReadBatch implements Link.ReadBatch.
-func (u *UDP) ReadBatch(pkts []Packet) (int, error) {
+func (u *UDP) ReadBatch(pkts []Packet) (int, error) { return u.read(pkts, true) }
+
+// PollBatch implements Link.PollBatch.
+func (u *UDP) PollBatch(pkts []Packet) (int, error) { return u.read(pkts, false) }
+
+// read is ReadBatch, or with wait false PollBatch.
+func (u *UDP) read(pkts []Packet, wait bool) (int, error) {
 	if len(pkts) == 0 {
 		return 0, nil
 	}
 	pkts = pkts[:min(len(pkts), MaxBatch)]
-	u.readMu.Lock()
+	if !wait {
+		if !u.readMu.TryLock() {
+			return 0, nil
+		}
+	} else {
+		u.readMu.Lock()
+	}
 	defer u.readMu.Unlock()
 	if u.gro != nil {
-		return u.readGRO(pkts)
+		return u.readGRO(pkts, wait)
 	}
 	m := u.rd
 	for i := range pkts {
@@ -305,12 +320,9 @@ func (u *UDP) ReadBatch(pkts []Packet) (int, error) {
 	}
 	defer m.clearBufs(len(pkts))
 	for {
-		k, err := m.readFrom(u.rc, len(pkts))
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return 0, net.ErrClosed
-			}
-			return 0, fmt.Errorf("link: read %v: %w", u.laddr, err)
+		k, err := u.recv(len(pkts), wait)
+		if k == 0 || err != nil { // without wait, or interrupted
+			return 0, err
 		}
 		var c rxCount
 		n := 0
@@ -330,6 +342,41 @@ func (u *UDP) ReadBatch(pkts []Packet) (int, error) {
 			return n, nil
 		}
 	}
+}
+
+// recv reads up to cnt datagrams into u.rd's messages; u.readMu is held.
+// Without wait it returns 0 when none has arrived; with wait it returns 0
+// when Interrupt ends the wait.
+func (u *UDP) recv(cnt int, wait bool) (int, error) {
+	if wait && u.interrupted.Swap(false) {
+		return 0, nil
+	}
+	for {
+		k, err := u.rd.readFrom(u.rc, cnt, wait)
+		switch {
+		case err == nil:
+			return k, nil
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Interrupt's deadline: clear it, and return if this is
+			// the interrupt's first effect (see Interrupt).
+			u.conn.SetReadDeadline(time.Time{})
+			if u.interrupted.Swap(false) || !wait {
+				return 0, nil
+			}
+		case errors.Is(err, net.ErrClosed):
+			return 0, net.ErrClosed
+		default:
+			return 0, fmt.Errorf("link: read %v: %w", u.laddr, err)
+		}
+	}
+}
+
+// Interrupt implements Link.Interrupt: a deadline in the past wakes the
+// waiting read, and the flag makes sure one ReadBatch returns even if the
+// deadline is cleared by a read that was already ending.
+func (u *UDP) Interrupt() {
+	u.interrupted.Store(true)
+	u.conn.SetReadDeadline(time.Unix(1, 0))
 }
 
 // accept checks datagram i of m, which the kernel wrote into p.Buf's

@@ -1,0 +1,115 @@
+package link
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// pollLinks returns a pair of each kind: UDP with and without GRO, and
+// memory.
+func pollLinks(t *testing.T) map[string][2]Link {
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	c, d := udpPairConfig(t, "127.0.0.1", "127.0.0.2", UDPConfig{NoGSO: true})
+	m, n := NewMemPair(netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791"))
+	t.Cleanup(func() { m.Close(); n.Close() })
+	return map[string][2]Link{"udp": {a, b}, "udp/NoGSO": {c, d}, "mem": {m, n}}
+}
+
+// TestPollBatch: PollBatch returns 0 at once on an empty link, and the
+// packets, checked, once they are there.
+func TestPollBatch(t *testing.T) {
+	for name, l := range pollLinks(t) {
+		t.Run(name, func(t *testing.T) {
+			a, b := l[0], l[1]
+			bufs := readBufs(MaxBatch)
+			start := time.Now()
+			if n, err := b.PollBatch(bufs); n != 0 || err != nil {
+				t.Fatalf("PollBatch on an empty link = %d, %v", n, err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Fatalf("PollBatch on an empty link took %v", d)
+			}
+			sent := batch(20, b.LocalAddr())
+			if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			var got []Packet
+			for deadline := time.Now().Add(5 * time.Second); len(got) < len(sent) && time.Now().Before(deadline); {
+				n, err := b.PollBatch(bufs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range bufs[:n] {
+					got = append(got, Packet{Buf: append([]byte(nil), p.Buf...), Peer: p.Peer})
+				}
+				for i := range bufs {
+					bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
+				}
+			}
+			checkReceived(t, got, sent, a.LocalAddr(), b.LocalAddr())
+			b.Close()
+			if _, err := b.PollBatch(bufs); err == nil {
+				t.Error("PollBatch after Close: no error")
+			}
+		})
+	}
+}
+
+// TestInterrupt: Interrupt makes a waiting ReadBatch return (0, nil), and
+// an Interrupt with nobody waiting makes the next ReadBatch return at
+// once; after that ReadBatch waits for packets again.
+func TestInterrupt(t *testing.T) {
+	for name, l := range pollLinks(t) {
+		t.Run(name, func(t *testing.T) {
+			a, b := l[0], l[1]
+			bufs := readBufs(MaxBatch)
+			type result struct {
+				n   int
+				err error
+			}
+			read := func() chan result {
+				ch := make(chan result, 1)
+				go func() {
+					n, err := b.ReadBatch(bufs)
+					ch <- result{n, err}
+				}()
+				return ch
+			}
+			waitFor := func(ch chan result, what string) result {
+				t.Helper()
+				select {
+				case r := <-ch:
+					return r
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s: ReadBatch did not return", what)
+					return result{}
+				}
+			}
+			ch := read()
+			time.Sleep(20 * time.Millisecond) // let it wait
+			b.Interrupt()
+			if r := waitFor(ch, "interrupt while waiting"); r.n != 0 || r.err != nil {
+				t.Fatalf("interrupted ReadBatch = %d, %v", r.n, r.err)
+			}
+			b.Interrupt()
+			if r := waitFor(read(), "interrupt before waiting"); r.n != 0 || r.err != nil {
+				t.Fatalf("ReadBatch after Interrupt = %d, %v", r.n, r.err)
+			}
+			// Back to normal: waits, then returns the packet.
+			ch = read()
+			select {
+			case r := <-ch:
+				t.Fatalf("ReadBatch with nothing sent returned %d, %v", r.n, r.err)
+			case <-time.After(20 * time.Millisecond):
+			}
+			sent := batch(1, b.LocalAddr())
+			if n, err := a.WriteBatch(sent); n != 1 || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			if r := waitFor(ch, "a packet"); r.n != 1 || r.err != nil {
+				t.Fatalf("ReadBatch = %d, %v", r.n, r.err)
+			}
+		})
+	}
+}

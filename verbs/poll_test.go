@@ -1,0 +1,119 @@
+package verbs
+
+import (
+	"testing"
+	"time"
+)
+
+// TestBusyPoll runs a WRITE ping-pong in which each side waits by
+// polling its device (Progress) instead of blocking: the writes must land,
+// most of them read by the polling goroutine itself, and every WRITE must
+// complete on its sender's CQ (the ACKs a poller holds back go out with
+// the next post).
+func TestBusyPoll(t *testing.T) {
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			a, b := pairOn(t, lk.open, 1<<16, MTU1024)
+			const size = 100
+			const out = 1 << 15
+			polled := 0
+			ping := func(from, to *endpoint, i int) {
+				from.buf[out+size-1] = byte(i)
+				_, err := from.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{from.mr.SGE(out, size)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}})
+				must(t, err)
+				deadline := time.Now().Add(5 * time.Second)
+				for to.mr.RemoteWrites() != uint64(i) {
+					if time.Now().After(deadline) {
+						t.Fatalf("write %d: RemoteWrites = %d", i, to.mr.RemoteWrites())
+					}
+					polled += to.dev.Progress()
+				}
+				if got := to.buf[size-1]; got != byte(i) {
+					t.Fatalf("write %d: last byte %d", i, got)
+				}
+			}
+			const rounds = 200
+			for i := 1; i <= rounds; i++ {
+				ping(a, b, i)
+				ping(b, a, i)
+			}
+			if polled < rounds {
+				t.Errorf("the pollers read %d packets of %d writes and their ACKs", polled, 2*rounds)
+			}
+			// Each side's WRITEs complete: the held ACKs left with the
+			// next post, the last one when polling ended.
+			a.dev.EndPoll()
+			b.dev.EndPoll()
+			for _, e := range []*endpoint{a, b} {
+				for _, wc := range wait(t, e.cq, rounds) {
+					if wc.Status != WCSuccess {
+						t.Fatalf("%+v", wc)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestBusyPollHeldAckReleased: a responder whose poller holds back the ACK
+// of a WRITE and then stops polling, without posting or EndPoll, still
+// acknowledges it: the reader writes held ACKs when it takes the socket
+// back.
+func TestBusyPollHeldAckReleased(t *testing.T) {
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			a, b := pairOn(t, lk.open, 1<<16, MTU1024)
+			for i := 1; i <= 3; i++ {
+				_, err := a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+				must(t, err)
+				if !b.dev.BusyPoll(5*time.Second, func() bool { return b.mr.RemoteWrites() == uint64(i) }) {
+					t.Fatalf("write %d did not land: RemoteWrites = %d", i, b.mr.RemoteWrites())
+				}
+				// b goes quiet; a's completion must still come.
+				if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess || wc.WRID != uint64(i) {
+					t.Fatalf("write %d: %+v", i, wc)
+				}
+			}
+		})
+	}
+}
+
+// TestBusyPollTimeout: BusyPoll gives up after its spin with nothing to
+// find, and the device goes on working without a poller.
+func TestBusyPollTimeout(t *testing.T) {
+	a, b := pair(t, 1<<16, MTU1024)
+	start := time.Now()
+	if b.dev.BusyPoll(5*time.Millisecond, func() bool { return b.mr.RemoteWrites() > 0 }) {
+		t.Fatal("BusyPoll found a write nobody sent")
+	}
+	if d := time.Since(start); d < 5*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("BusyPoll(5ms) took %v", d)
+	}
+	_, err := a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	must(t, err)
+	if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+		t.Fatalf("%+v", wc)
+	}
+}
+
+// TestCloseWhilePolled: a device closes at once while its reader is
+// parked for a poller.
+func TestCloseWhilePolled(t *testing.T) {
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			da, _ := lk.open(t)
+			da.Progress()
+			time.Sleep(time.Millisecond / 10)
+			done := make(chan struct{})
+			go func() { da.Close(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Close hangs while the device is polled")
+			}
+		})
+	}
+}
