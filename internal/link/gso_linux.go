@@ -129,11 +129,11 @@ type groReader struct {
 	nextID uint16 // the IPv4 ID the next segment most likely carries
 }
 
-// readGRO is ReadBatch (PollBatch, with wait false) for a link with
-// UDP_GRO; u.readMu is held. It returns the packets left from the
+// readGRO is ReadBatch (PollBatch, with wait false; ReadLent, with lend)
+// for a link with UDP_GRO; u.readMu is held. It returns the packets left from the
 // datagrams of an earlier call first, and reads more only when none are
 // left.
-func (u *UDP) readGRO(pkts []Packet, wait bool) (int, error) {
+func (u *UDP) readGRO(pkts []Packet, wait, lend bool) (int, error) {
 	g, m := u.gro, u.rd
 	if g.arena == nil {
 		g.arena = make([]byte, groSlots*groBufSize)
@@ -167,16 +167,24 @@ func (u *UDP) readGRO(pkts []Packet, wait bool) (int, error) {
 			case len(seg) < minPacket:
 				c.malformed++
 				continue
-			case len(seg) > cap(p.Buf):
+			case len(seg) > MaxPacket, !lend && len(seg) > cap(p.Buf):
 				c.oversized++
 				continue
 			}
-			p.Buf = p.Buf[:len(seg)]
-			copy(p.Buf, seg)
-			got, ok := checkICRCID(g.peer, u.laddr, p.Buf, id)
+			pkt := seg[:len(seg):len(seg)]
+			if !lend {
+				p.Buf = p.Buf[:len(seg)]
+				copy(p.Buf, seg)
+				pkt = p.Buf
+			}
+			got, ok := checkICRCID(g.peer, u.laddr, pkt, id)
 			if !ok {
 				c.icrc++
 				continue
+			}
+			p.Lent = nil
+			if lend {
+				p.Lent = pkt
 			}
 			g.nextID = got + 1
 			p.Peer, p.CE, p.SrcPort = g.peer, g.ce, 0

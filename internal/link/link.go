@@ -78,6 +78,12 @@ type Packet struct {
 	// rxe uses.
 	SrcPort uint16
 
+	// Lent, set only by Lender.ReadLent, holds the packet instead of Buf:
+	// BTH through ICRC in the link's own receive memory, which the
+	// caller may read (not write) until it calls ReturnLent. nil: the
+	// packet is in Buf.
+	Lent []byte
+
 	// CE is set on read when the packet arrived marked ECN Congestion
 	// Experienced: IP ECN bits 11 (IPv4 TOS, IPv6 traffic class), or a
 	// memory pair's fault stage marked it (FaultConfig.CEMark). Ignored
@@ -154,6 +160,24 @@ type Link interface {
 	// Close releases the link and unblocks ReadBatch and WriteBatch. It
 	// may be called more than once; later calls do nothing and return nil.
 	Close() error
+}
+
+// Lender is implemented by links that can hand received packets over in
+// their own receive memory instead of copying them into the caller's
+// buffers (UDP with UDP_GRO: the packets stay in the super-packets the
+// kernel wrote). A caller that processes packets at once saves a copy of
+// every byte received, and reads the payload while it is still in cache.
+type Lender interface {
+	// ReadLent is ReadBatch, or without wait PollBatch, except that it
+	// may lend packets (Packet.Lent) rather than copy them into Buf.
+	// When it returns packets, the link stays locked for reading, and
+	// what it lent valid, until ReturnLent: every other read waits (or,
+	// polling, finds nothing) meanwhile.
+	ReadLent(pkts []Packet, wait bool) (int, error)
+
+	// ReturnLent ends the loan of the last ReadLent that returned
+	// packets.
+	ReturnLent()
 }
 
 // counters are the atomic counters behind Stats. Hot paths add once per

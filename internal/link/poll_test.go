@@ -113,3 +113,43 @@ func TestInterrupt(t *testing.T) {
 		})
 	}
 }
+
+// TestReadLent: a UDP link with GRO lends the packets of a super-packet
+// without copying them into the caller's buffers, each checked; while they
+// are lent, other reads find nothing; after ReturnLent the link reads on.
+func TestReadLent(t *testing.T) {
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	if b.gro == nil {
+		t.Skip("no UDP_GRO")
+	}
+	var ln Lender = b
+	sent := make([]Packet, 16) // one run of equal sizes: a super-packet
+	for i := range sent {
+		sent[i] = Packet{Buf: buildPacket(make([]byte, MaxPacket), 0x11, uint32(i), 1024, byte(i)), Peer: b.LocalAddr()}
+	}
+	if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	bufs := readBufs(4) // fewer than were sent: the rest waits in the link
+	var got []Packet
+	for len(got) < len(sent) {
+		n, err := ln.ReadLent(bufs, true)
+		if err != nil || n == 0 {
+			t.Fatalf("ReadLent = %d, %v", n, err)
+		}
+		for _, p := range bufs[:n] {
+			if p.Lent == nil {
+				t.Fatal("a GRO link copied instead of lending")
+			}
+			if len(p.Buf) != 0 {
+				t.Fatalf("ReadLent wrote %d bytes into the caller's buffer", len(p.Buf))
+			}
+			got = append(got, Packet{Buf: append([]byte(nil), p.Lent...), Peer: p.Peer})
+		}
+		if k, err := b.PollBatch(readBufs(1)); k != 0 || err != nil {
+			t.Fatalf("PollBatch during a loan = %d, %v", k, err)
+		}
+		ln.ReturnLent()
+	}
+	checkReceived(t, got, sent, a.LocalAddr(), b.LocalAddr())
+}

@@ -303,16 +303,46 @@ func (u *UDP) read(pkts []Packet, wait bool) (int, error) {
 		return 0, nil
 	}
 	pkts = pkts[:min(len(pkts), MaxBatch)]
-	if !wait {
-		if !u.readMu.TryLock() {
-			return 0, nil
-		}
-	} else {
-		u.readMu.Lock()
+	if !u.lockRead(wait) {
+		return 0, nil
 	}
 	defer u.readMu.Unlock()
+	return u.readLocked(pkts, wait, false)
+}
+
+// ReadLent implements Lender.ReadLent: with UDP_GRO, packets are lent
+// from the super-packets the kernel wrote into the link's buffers.
+func (u *UDP) ReadLent(pkts []Packet, wait bool) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	pkts = pkts[:min(len(pkts), MaxBatch)]
+	if !u.lockRead(wait) {
+		return 0, nil
+	}
+	n, err := u.readLocked(pkts, wait, true)
+	if n == 0 || err != nil {
+		u.readMu.Unlock()
+	}
+	return n, err
+}
+
+// ReturnLent implements Lender.ReturnLent.
+func (u *UDP) ReturnLent() { u.readMu.Unlock() }
+
+// lockRead takes readMu; without wait, only if it is free.
+func (u *UDP) lockRead(wait bool) bool {
+	if !wait {
+		return u.readMu.TryLock()
+	}
+	u.readMu.Lock()
+	return true
+}
+
+// readLocked is read with u.readMu held; with lend, GRO packets are lent.
+func (u *UDP) readLocked(pkts []Packet, wait, lend bool) (int, error) {
 	if u.gro != nil {
-		return u.readGRO(pkts, wait)
+		return u.readGRO(pkts, wait, lend)
 	}
 	m := u.rd
 	for i := range pkts {
@@ -334,7 +364,7 @@ func (u *UDP) read(pkts []Packet, wait bool) (int, error) {
 				pkts[n].Buf, pkts[i].Buf = pkts[i].Buf, pkts[n].Buf[:cap(pkts[n].Buf)]
 				pkts[n].Peer, pkts[n].CE = pkts[i].Peer, pkts[i].CE
 			}
-			pkts[n].SrcPort = 0
+			pkts[n].SrcPort, pkts[n].Lent = 0, nil
 			n++
 		}
 		u.stats.addRx(&c)

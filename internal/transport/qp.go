@@ -32,7 +32,7 @@ import (
 
 // Limits of the RC engines (rxe's values, REFERENCE.md §1.2).
 const (
-	MaxUnackedPSNs = 128     // send window: PSNs in flight (rxe MAX_UNACKED_PSNS)
+	MaxUnackedPSNs = 512     // send window: PSNs in flight (rxe: MAX_UNACKED_PSNS = 128)
 	MaxPktPerAck   = 64      // AckReq cadence (rxe RXE_MAX_PKT_PER_ACK)
 	MaxMessageSize = 1 << 31 // IBA: 2^31 bytes
 	readBurst      = 64      // read response packets sent per Progress call
