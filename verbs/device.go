@@ -197,6 +197,7 @@ type Device struct {
 	nObjs  map[string]int
 
 	qpTable sync.Map // QPN → *QP, read by the dispatcher without the lock
+	window  atomic.Int32 // the RC send window its QPs share, in PSNs (sendWindow)
 
 	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
 	mcast  atomic.Pointer[map[netip.Addr][]*QP] // attached QPs per group, for the group readers

@@ -117,3 +117,32 @@ func TestCloseWhilePolled(t *testing.T) {
 		})
 	}
 }
+
+// TestSendWindowShare: the device shares its send window budget among its
+// QPs, between rxe's 128 PSNs each and 512.
+func TestSendWindowShare(t *testing.T) {
+	for _, tc := range []struct{ qps, want int }{{0, 512}, {1, 512}, {4, 512}, {8, 256}, {16, 128}, {1000, 128}} {
+		if got := sendWindow(tc.qps); int(got) != tc.want {
+			t.Errorf("sendWindow(%d) = %d, want %d", tc.qps, got, tc.want)
+		}
+	}
+	a, _ := pair(t, 1<<16, MTU1024)
+	if got := a.dev.window.Load(); got != 512 {
+		t.Errorf("a device with one QP: window %d, want 512", got)
+	}
+	var qps []*QP
+	for range 15 {
+		qp, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.cq, RecvCQ: a.cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		must(t, err)
+		qps = append(qps, qp)
+	}
+	if got := a.dev.window.Load(); got != 128 {
+		t.Errorf("a device with 16 QPs: window %d, want 128", got)
+	}
+	for _, qp := range qps {
+		must(t, qp.Destroy())
+	}
+	if got := a.dev.window.Load(); got != 512 {
+		t.Errorf("back to one QP: window %d, want 512", got)
+	}
+}

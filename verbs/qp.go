@@ -151,10 +151,12 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		Type: a.Type, QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ,
 		SQ: transport.NewSendQueue(c.MaxSendWR), RQ: rq, SRQ: a.SRQ != nil,
 		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData, Stats: d.stats,
+		Window: &d.window,
 	}, nil)
 	qp.w = d.disp.workerFor(qp.qpn)
 	qp.t.SetEnv(qp.w)
 	d.qps[qp.qpn] = qp
+	d.window.Store(sendWindow(len(d.qps)))
 	d.mu.Unlock()
 	qp.w.call(func() { qp.w.qps[qp.qpn] = qp })
 	d.qpTable.Store(qp.qpn, qp)
@@ -384,12 +386,31 @@ func (qp *QP) kickInline() {
 	}
 }
 
+// The RC send window: how many PSNs a requester may send ahead of the
+// oldest unacknowledged one. rxe allows 128, which at MTU 4096 is 512 KiB
+// in flight: too little for one QP to fill loopback, where a 64 KiB
+// WRITE's ACK comes back behind the next several messages (a window of
+// 512 PSNs moves 1.4× the bytes). But the windows of all QPs add up in the
+// peer's socket buffer, and a burst past it is dropped and sent again; so
+// the device shares sendWindowBudget PSNs among its QPs, between rxe's
+// 128 for each and 512.
+const (
+	sendWindowBudget = 2048
+	maxSendWindow    = 512
+)
+
+// sendWindow returns the send window of each of n QPs.
+func sendWindow(n int) int32 {
+	return int32(min(maxSendWindow, max(transport.MaxUnackedPSNs, sendWindowBudget/max(n, 1))))
+}
+
 // Destroy destroys the QP: outstanding work requests are dropped, and the
 // QPN stops receiving. It never waits for the peer.
 func (qp *QP) Destroy() error {
 	d := qp.dev
 	d.mu.Lock()
 	delete(d.qps, qp.qpn)
+	d.window.Store(sendWindow(len(d.qps)))
 	d.qpTable.Delete(qp.qpn)
 	empty := d.detachAllLocked(qp)
 	d.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
@@ -32,7 +33,7 @@ import (
 
 // Limits of the RC engines (rxe's values, REFERENCE.md §1.2).
 const (
-	MaxUnackedPSNs = 512     // send window: PSNs in flight (rxe: MAX_UNACKED_PSNS = 128)
+	MaxUnackedPSNs = 128     // send window: PSNs in flight unless Config.Window says more (rxe MAX_UNACKED_PSNS)
 	MaxPktPerAck   = 64      // AckReq cadence (rxe RXE_MAX_PKT_PER_ACK)
 	MaxMessageSize = 1 << 31 // IBA: 2^31 bytes
 	readBurst      = 64      // read response packets sent per Progress call
@@ -84,6 +85,14 @@ type Config struct {
 	MaxSGE    int             // max_send_sge
 	MaxInline int             // max_inline_data
 	Stats     *stats.Counters // the device's counters; nil counts nothing
+
+	// Window, when set and above 0, is the send window in PSNs instead of
+	// MaxUnackedPSNs, read at every check: a device shares one among its
+	// QPs and changes it as QPs come and go. The window is the
+	// requester's own limit, invisible on the wire (IBA leaves it to the
+	// implementation); a responder accepts any number of outstanding
+	// PSNs within half the PSN space.
+	Window *atomic.Int32
 }
 
 // Path holds the connection attributes that modify_qp sets on the way to

@@ -35,13 +35,23 @@ func (r *requester) ready(qp *QP) bool {
 	return r.mayStart(qp, qp.cfg.SQ.slot(r.wqe))
 }
 
+// window returns the send window in PSNs.
+func (qp *QP) window() int {
+	if w := qp.cfg.Window; w != nil {
+		if n := w.Load(); n > 0 {
+			return int(n)
+		}
+	}
+	return MaxUnackedPSNs
+}
+
 // mayStart applies the checks that hold a WQE back.
 func (r *requester) mayStart(qp *QP, w *sendWQE) bool {
 	if !qp.reliable() {
 		return true // UC and UD wait for nothing: no ACKs, no READs or atomics
 	}
 	// The send window (rxe: req.psn may run at most MAX_UNACKED_PSNS ahead of comp.psn).
-	if r.psn.Diff(qp.comp.psn) > MaxUnackedPSNs {
+	if r.psn.Diff(qp.comp.psn) > qp.window() {
 		return false
 	}
 	if r.offset > 0 {

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,5 +206,36 @@ func TestReadCredit(t *testing.T) {
 	h.deliver()
 	if len(h.a.cq.wcs) != 5 {
 		t.Errorf("%d READs completed, want 5", len(h.a.cq.wcs))
+	}
+}
+
+// TestSendWindow: without ACKs, a requester sends MaxUnackedPSNs+1
+// packets (PSNs up to MaxUnackedPSNs ahead of the oldest unacknowledged),
+// or Config.Window's count when it is set, and follows the window when it
+// changes.
+func TestSendWindow(t *testing.T) {
+	for _, tc := range []struct {
+		window int32 // 0: unset
+		want   int
+	}{{0, MaxUnackedPSNs + 1}, {512, 513}, {-1, MaxUnackedPSNs + 1}} {
+		h := newHarness(t, 256, nil)
+		var w atomic.Int32
+		if tc.window != 0 {
+			w.Store(tc.window)
+			h.a.qp.cfg.Window = &w
+		}
+		h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, 1000*256)},
+			RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
+		h.a.qp.Progress(h.now)
+		if got := len(h.a.env.take()); got != tc.want {
+			t.Errorf("window %d: %d packets sent without an ACK, want %d", tc.window, got, tc.want)
+		}
+		if tc.window > 0 {
+			w.Store(tc.window + 100) // the device's QP count fell: the window grows at once
+			h.a.qp.Progress(h.now)
+			if got := len(h.a.env.take()); got != 100 {
+				t.Errorf("window %d→%d: %d more packets, want 100", tc.window, tc.window+100, got)
+			}
+		}
 	}
 }
