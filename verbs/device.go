@@ -196,7 +196,7 @@ type Device struct {
 	pds    uint32
 	nObjs  map[string]int
 
-	qpTable sync.Map // QPN → *QP, read by the dispatcher without the lock
+	qpTable sync.Map     // QPN → *QP, read by the dispatcher without the lock
 	window  atomic.Int32 // the RC send window its QPs share, in PSNs (sendWindow)
 
 	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
