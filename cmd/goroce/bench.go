@@ -27,13 +27,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	addrs := fs.String("addrs", "127.0.0.1,127.0.0.2", "the two devices' addresses: server,client")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the goroce tests (not the TCP ones) to this file")
 	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
-	plot := fs.String("plot", "", "with -sweep: write an SVG plot of the sweep to this file")
+	plot := fs.String("plot", "", "with -sweep or -replot: write an SVG plot of the sweep to this file")
+	replot := fs.String("replot", "", "plot the tables a sweep printed, saved in this file (with -plot), without measuring")
 	maxSize := fs.Int("max-size", 8<<20, "with -sweep: the largest message size")
 	maxQPs := fs.Int("max-qps", 1024, "with -sweep: the largest QP count")
 	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-addrs A,B]")
 		fmt.Fprintln(stderr, "       goroce bench -sweep [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B]")
+		fmt.Fprintln(stderr, "       goroce bench -replot SWEEP.txt -plot FILE.svg")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -65,6 +67,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "goroce bench: -addrs: %v\n", err)
 		return 2
+	}
+	if *replot != "" {
+		return runReplot(*replot, *plot, stdout, stderr)
 	}
 	if *sweep {
 		return runSweep(v, cfg, *maxSize, *maxQPs, *sweepBytes, *plot, stdout, stderr)
@@ -108,18 +113,44 @@ func runSweep(v perftest.Verb, cfg bench.Config, maxSize, maxQPs int, total int6
 		return 1
 	}
 	if plot != "" {
-		f, err := os.Create(plot)
-		if err == nil {
-			err = bench.WritePlot(f, res, "goroce against TCP, same run, loopback")
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "goroce bench: -plot: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "\n plot: %s\n", plot)
+		return writePlot(res, plot, stdout, stderr)
 	}
 	return 0
+}
+
+// writePlot writes res as an SVG plot to the file plot.
+func writePlot(res *bench.SweepResult, plot string, stdout, stderr io.Writer) int {
+	f, err := os.Create(plot)
+	if err == nil {
+		err = bench.WritePlot(f, res, "goroce against TCP, same run, loopback")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "goroce bench: -plot: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "\n plot: %s\n", plot)
+	return 0
+}
+
+// runReplot is goroce bench -replot: the plot of a sweep's saved tables.
+func runReplot(tables, plot string, stdout, stderr io.Writer) int {
+	if plot == "" {
+		fmt.Fprintf(stderr, "goroce bench: -replot needs -plot FILE.svg\n")
+		return 2
+	}
+	f, err := os.Open(tables)
+	if err != nil {
+		fmt.Fprintf(stderr, "goroce bench: -replot: %v\n", err)
+		return 1
+	}
+	defer f.Close()
+	res, err := bench.ParseSweep(f)
+	if err != nil {
+		fmt.Fprintf(stderr, "goroce bench: -replot %s: %v\n", tables, err)
+		return 1
+	}
+	return writePlot(res, plot, stdout, stderr)
 }

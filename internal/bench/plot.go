@@ -90,15 +90,25 @@ func (p panel) draw(b *strings.Builder, top int) {
 	py := func(v float64) float64 { return float64(y0) - (fy(v)-minY)/(maxY-minY)*float64(y0-y1) }
 	fmt.Fprintf(b, `<text x="%d" y="%d" font-size="13" font-weight="bold">%s</text>`+"\n", x0, top+20, esc(p.title))
 	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/><line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, y0, x1, y0, x0, y0, x0, y1)
-	// y grid and labels
-	for i := 0; i <= 4; i++ {
-		v := minY + (maxY-minY)*float64(i)/4
-		y := float64(y0) - float64(i)/4*float64(y0-y1)
-		label := fmt.Sprintf("%.0f", v)
-		if p.logY {
-			label = fmt.Sprintf("%g", math.Pow(10, v))
-		}
+	// y grid and labels: a linear axis in quarters, a log axis at 1, 2 and
+	// 5 times each power of ten
+	grid := func(v float64, label string) {
+		y := float64(y0) - (v-minY)/(maxY-minY)*float64(y0-y1)
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", x0, y, x1, y, x0-6, y+4, label)
+	}
+	if p.logY {
+		for d := minY; d <= maxY; d++ {
+			for _, m := range []float64{1, 2, 5} {
+				if v := d + math.Log10(m); v <= maxY {
+					grid(v, fmt.Sprintf("%g", m*math.Pow(10, d)))
+				}
+			}
+		}
+	} else {
+		for i := 0; i <= 4; i++ {
+			v := minY + (maxY-minY)*float64(i)/4
+			grid(v, fmt.Sprintf("%.0f", v))
+		}
 	}
 	// x labels: every other point when crowded
 	step := 1

@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/verbs"
@@ -152,4 +155,47 @@ func bwPoint(t perftest.Test, size, n, qps int, srv, cli *verbs.Device) (float64
 		return 0, err
 	}
 	return lastColumn(o, 3)
+}
+
+// ParseSweep reads back the tables Sweep prints (its three sections, each
+// a header line, a column line and rows of size or QP count, iterations,
+// goroce, TCP and ratio), so that a saved sweep can be plotted again.
+func ParseSweep(r io.Reader) (*SweepResult, error) {
+	res := &SweepResult{}
+	var cur *[]Point
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(text, "Bandwidth against message size"):
+			cur = &res.BWBySize
+			continue
+		case strings.HasPrefix(text, "Latency against message size"):
+			cur = &res.LatBySize
+			continue
+		case strings.HasPrefix(text, "Aggregate bandwidth against QP count"):
+			cur = &res.BWByQPs
+			continue
+		case text == "" || strings.HasPrefix(text, "#"):
+			continue
+		}
+		f := strings.Fields(text)
+		if cur == nil || len(f) != 5 {
+			return nil, fmt.Errorf("sweep table line %d: %q is not a row of a section", line, text)
+		}
+		x, err1 := strconv.Atoi(f[0])
+		g, err2 := strconv.ParseFloat(f[2], 64)
+		t, err3 := strconv.ParseFloat(f[3], 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("sweep table line %d: %w", line, err)
+		}
+		*cur = append(*cur, Point{x, g, t})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(res.BWBySize)+len(res.LatBySize)+len(res.BWByQPs) == 0 {
+		return nil, errors.New("no sweep table found")
+	}
+	return res, nil
 }

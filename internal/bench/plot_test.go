@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const sweepTables = ` Bandwidth against message size (1 QP), goroce ib_write_bw vs one TCP stream, same run
+ #bytes     #iters        goroce[MiB/s]       TCP[MiB/s]      ratio
+ 2          20000                  1.59             0.45      3.57x
+ 4096       20000               1183.31           941.54      1.26x
+
+ Latency against message size, goroce ib_write_lat vs TCP ping-pong (t_typical, one way), same run
+ #bytes     #iters         goroce[usec]        TCP[usec]      ratio
+ 2          1000                  12.01             5.52      2.18x
+ 1048576    1000                 507.14           222.45      2.28x
+
+ Aggregate bandwidth against QP count (65536-byte messages), goroce vs as many TCP streams, same run
+ #QPs       #iters/QP     goroce[MiB/s]       TCP[MiB/s]      ratio
+ 1          4096                2260.05          2321.68      0.97x
+ 1024       5                   1107.01          2256.91      0.49x
+`
+
+// TestParseSweep reads the tables Sweep prints back into its result.
+func TestParseSweep(t *testing.T) {
+	r, err := ParseSweep(strings.NewReader(sweepTables))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SweepResult{
+		BWBySize:  []Point{{2, 1.59, 0.45}, {4096, 1183.31, 941.54}},
+		LatBySize: []Point{{2, 12.01, 5.52}, {1048576, 507.14, 222.45}},
+		BWByQPs:   []Point{{1, 2260.05, 2321.68}, {1024, 1107.01, 2256.91}},
+	}
+	for _, c := range []struct {
+		name      string
+		got, want []Point
+	}{{"BWBySize", r.BWBySize, want.BWBySize}, {"LatBySize", r.LatBySize, want.LatBySize}, {"BWByQPs", r.BWByQPs, want.BWByQPs}} {
+		if len(c.got) != len(c.want) {
+			t.Fatalf("%s: %v, want %v", c.name, c.got, c.want)
+		}
+		for i := range c.got {
+			if c.got[i] != c.want[i] {
+				t.Errorf("%s[%d] = %v, want %v", c.name, i, c.got[i], c.want[i])
+			}
+		}
+	}
+	for _, bad := range []string{"", "no tables here\n", " 2 20000 1.59 0.45 3.57x\n",
+		" Latency against message size\n 2 1000 x 5.52 2.18x\n"} {
+		if _, err := ParseSweep(strings.NewReader(bad)); err == nil {
+			t.Errorf("ParseSweep(%q): no error", bad)
+		}
+	}
+}
+
+// TestPlotLogAxis: the latency panel's log axis is labelled at 1, 2 and 5
+// times the powers of ten, never with the long decimals of intermediate
+// logarithms.
+func TestPlotLogAxis(t *testing.T) {
+	r, err := ParseSweep(strings.NewReader(sweepTables))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := WritePlot(&b, r, "test"); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	for _, label := range []string{">1<", ">2<", ">5<", ">10<", ">20<", ">50<", ">100<", ">200<", ">500<", ">1000<"} {
+		if !strings.Contains(svg, label) {
+			t.Errorf("log axis label %s missing", label)
+		}
+	}
+	if strings.Contains(svg, ">3.16") || strings.Contains(svg, ">5.6") {
+		t.Error("log axis labelled at an intermediate logarithm")
+	}
+	if !strings.HasPrefix(svg, "<svg") && !strings.HasPrefix(svg, "<?xml") {
+		t.Errorf("not an SVG document: %.40q", svg)
+	}
+}
