@@ -304,22 +304,9 @@ func TestRemoteWritesPolling(t *testing.T) {
 				t.Fatalf("fresh MR: RemoteWrites = %d", n)
 			}
 			const size = 3000 // three packets: counted once, after the last
-			const out = 1 << 15
+			sleep := func() { time.Sleep(10 * time.Microsecond) }
 			ping := func(from, to *endpoint, i int) {
-				from.buf[out+size-1] = byte(i)
-				_, err := from.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-					SGL: []SGE{from.mr.SGE(out, size)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}})
-				must(t, err)
-				deadline := time.Now().Add(5 * time.Second)
-				for to.mr.RemoteWrites() != uint64(i) {
-					if time.Now().After(deadline) {
-						t.Fatalf("write %d: RemoteWrites = %d", i, to.mr.RemoteWrites())
-					}
-					time.Sleep(10 * time.Microsecond)
-				}
-				if got := to.buf[size-1]; got != byte(i) {
-					t.Fatalf("write %d: last byte %d", i, got)
-				}
+				pingWrite(t, from, to, i, size, sleep)
 				if wc := wait(t, from.cq, 1)[0]; wc.Status != WCSuccess {
 					t.Fatalf("write %d: %+v", i, wc)
 				}
@@ -329,6 +316,29 @@ func TestRemoteWritesPolling(t *testing.T) {
 				ping(b, a, i)
 			}
 		})
+	}
+}
+
+// pingWrite RDMA WRITEs size bytes from from's buffer (at 32 KiB) to the
+// start of to's, the last byte being i, and waits, calling idle between
+// looks, until to's MR has counted i remote writes; then it checks the
+// byte.
+func pingWrite(t *testing.T, from, to *endpoint, i, size int, idle func()) {
+	t.Helper()
+	const out = 1 << 15
+	from.buf[out+size-1] = byte(i)
+	_, err := from.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGL: []SGE{from.mr.SGE(out, size)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}})
+	must(t, err)
+	deadline := time.Now().Add(5 * time.Second)
+	for to.mr.RemoteWrites() != uint64(i) {
+		if time.Now().After(deadline) {
+			t.Fatalf("write %d: RemoteWrites = %d", i, to.mr.RemoteWrites())
+		}
+		idle()
+	}
+	if got := to.buf[size-1]; got != byte(i) {
+		t.Fatalf("write %d: last byte %d", i, got)
 	}
 }
 

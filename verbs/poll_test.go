@@ -14,24 +14,9 @@ func TestBusyPoll(t *testing.T) {
 	for _, lk := range links {
 		t.Run(lk.name, func(t *testing.T) {
 			a, b := pairOn(t, lk.open, 1<<16, MTU1024)
-			const size = 100
-			const out = 1 << 15
 			polled := 0
 			ping := func(from, to *endpoint, i int) {
-				from.buf[out+size-1] = byte(i)
-				_, err := from.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-					SGL: []SGE{from.mr.SGE(out, size)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}})
-				must(t, err)
-				deadline := time.Now().Add(5 * time.Second)
-				for to.mr.RemoteWrites() != uint64(i) {
-					if time.Now().After(deadline) {
-						t.Fatalf("write %d: RemoteWrites = %d", i, to.mr.RemoteWrites())
-					}
-					polled += to.dev.Progress()
-				}
-				if got := to.buf[size-1]; got != byte(i) {
-					t.Fatalf("write %d: last byte %d", i, got)
-				}
+				pingWrite(t, from, to, i, 100, func() { polled += to.dev.Progress() })
 			}
 			const rounds = 200
 			for i := 1; i <= rounds; i++ {
