@@ -198,6 +198,7 @@ type Device struct {
 
 	qpTable sync.Map     // QPN → *QP, read by the dispatcher without the lock
 	window  atomic.Int32 // the RC send window its QPs share, in PSNs (sendWindow)
+	sending atomic.Int32 // its QPs with packets in flight (QP.sending)
 
 	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
 	mcast  atomic.Pointer[map[netip.Addr][]*QP] // attached QPs per group, for the group readers
@@ -263,6 +264,7 @@ func Open(cfg Config) (*Device, error) {
 		}
 		d.link = l
 	}
+	d.window.Store(sendWindow(0))
 	d.disp = newDispatcher(d, cfg.Workers)
 	return d, nil
 }

@@ -650,6 +650,7 @@ func (w *worker) rearm() {
 // so the heap stays exact at O(log n) per change, and a worker with
 // 100,000 idle QPs does not scan them after every event.
 func (w *worker) track(qp *QP) {
+	w.trackInFlight(qp, qp.t.InFlight())
 	d := qp.t.Deadline()
 	if d.Equal(qp.tAt) && (d.IsZero() == (qp.tIndex == 0)) {
 		return
@@ -664,6 +665,20 @@ func (w *worker) track(qp *QP) {
 	default:
 		heap.Push(&w.timers, qp)
 	}
+}
+
+// trackInFlight counts qp among the device's QPs with packets in flight,
+// or not, and resizes the send window they share (sendWindow).
+func (w *worker) trackInFlight(qp *QP, sending bool) {
+	if qp.sending == sending {
+		return
+	}
+	qp.sending = sending
+	n := int32(1)
+	if !sending {
+		n = -1
+	}
+	w.dev.window.Store(sendWindow(int(w.dev.sending.Add(n))))
 }
 
 // qpTimers is a min-heap of QPs by deadline; QP.tIndex is its index + 1.
@@ -766,6 +781,7 @@ func (w *worker) callQP(qp *QP, fn func()) {
 // forget drops a destroyed QP from the worker.
 func (w *worker) forget(qp *QP) {
 	delete(w.qps, qp.qpn)
+	w.trackInFlight(qp, false)
 	if qp.tIndex > 0 {
 		heap.Remove(&w.timers, qp.tIndex-1)
 	}

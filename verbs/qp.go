@@ -71,16 +71,17 @@ type QPAttr struct {
 
 // QP is a queue pair.
 type QP struct {
-	dev    *Device
-	pd     *PD
-	qpn    uint32
-	init   QPInitAttr
-	t      *transport.QP // owned by the worker
-	w      *worker
-	kicked atomic.Bool
-	dirty  bool      // queued for Progress on its worker; owned by the worker
-	tAt    time.Time // the deadline filed in the worker's timer heap; owned by the worker
-	tIndex int       // index + 1 in the timer heap, 0 when not in it; owned by the worker
+	dev     *Device
+	pd      *PD
+	qpn     uint32
+	init    QPInitAttr
+	t       *transport.QP // owned by the worker
+	w       *worker
+	kicked  atomic.Bool
+	sending bool      // counted in the device's QPs with packets in flight; owned by the worker
+	dirty   bool      // queued for Progress on its worker; owned by the worker
+	tAt     time.Time // the deadline filed in the worker's timer heap; owned by the worker
+	tIndex  int       // index + 1 in the timer heap, 0 when not in it; owned by the worker
 
 	mu    sync.Mutex // guards state and attr
 	state QPState
@@ -156,7 +157,6 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	qp.w = d.disp.workerFor(qp.qpn)
 	qp.t.SetEnv(qp.w)
 	d.qps[qp.qpn] = qp
-	d.window.Store(sendWindow(len(d.qps)))
 	d.mu.Unlock()
 	qp.w.call(func() { qp.w.qps[qp.qpn] = qp })
 	d.qpTable.Store(qp.qpn, qp)
@@ -390,18 +390,21 @@ func (qp *QP) kickInline() {
 // oldest unacknowledged one. rxe allows 128, which at MTU 4096 is 512 KiB
 // in flight: too little for one QP to fill loopback, where a 64 KiB
 // WRITE's ACK comes back behind the next several messages (a window of
-// 512 PSNs moves 1.4× the bytes). But the windows of all QPs add up in the
-// peer's socket buffer, and a burst past it is dropped and sent again; so
-// the device shares sendWindowBudget PSNs among its QPs, between rxe's
-// 128 for each and 512.
+// 512 PSNs moves 1.4× the bytes). But the windows of all the QPs that send
+// at once add up in the peer's socket buffer, and a burst past it is
+// dropped and sent again; so the device shares sendWindowBudget PSNs among
+// the QPs that have packets in flight (worker.trackInFlight), between
+// minSendWindow and maxSendWindow each. With 256 and 1024 busy QPs, 32
+// PSNs each moved 1.2–1.4× the bytes of rxe's 128.
 const (
 	sendWindowBudget = 2048
+	minSendWindow    = 32
 	maxSendWindow    = 512
 )
 
-// sendWindow returns the send window of each of n QPs.
+// sendWindow returns the send window of each of n QPs that send at once.
 func sendWindow(n int) int32 {
-	return int32(min(maxSendWindow, max(transport.MaxUnackedPSNs, sendWindowBudget/max(n, 1))))
+	return int32(min(maxSendWindow, max(minSendWindow, sendWindowBudget/max(n, 1))))
 }
 
 // Destroy destroys the QP: outstanding work requests are dropped, and the
@@ -410,7 +413,6 @@ func (qp *QP) Destroy() error {
 	d := qp.dev
 	d.mu.Lock()
 	delete(d.qps, qp.qpn)
-	d.window.Store(sendWindow(len(d.qps)))
 	d.qpTable.Delete(qp.qpn)
 	empty := d.detachAllLocked(qp)
 	d.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,6 +37,9 @@ type Config struct {
 	// Profile, if set, receives a CPU profile (pprof) of the goroce
 	// bandwidth test.
 	Profile io.Writer
+	// Counters prints the devices' non-zero counters after the bandwidth
+	// test: retransmissions, sequence errors and drops show there.
+	Counters bool
 }
 
 // Result holds the figures of one run.
@@ -93,6 +97,9 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	cpu0 := cpuTime()
 	bwOut, err := pair(bwTest, bwArgs, srv, cli, out)
 	cpuGoroce := cpuTime() - cpu0
+	if cfg.Counters {
+		printCounters(out, srv, cli)
+	}
 	if cfg.Profile != nil {
 		pprof.StopCPUProfile()
 	}
@@ -234,4 +241,23 @@ func lastColumn(out string, col int) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no result row in:\n%s", out)
+}
+
+// printCounters prints the devices' non-zero counters, by name.
+func printCounters(out io.Writer, devs ...*verbs.Device) {
+	for _, d := range devs {
+		c := d.Counters()
+		names := make([]string, 0, len(c))
+		for k, v := range c {
+			if v != 0 {
+				names = append(names, k)
+			}
+		}
+		slices.Sort(names)
+		fmt.Fprintf(out, " counters of %v:", d.Addr().Addr())
+		for _, k := range names {
+			fmt.Fprintf(out, " %s=%d", k, c[k])
+		}
+		fmt.Fprintln(out)
+	}
 }

@@ -374,6 +374,13 @@ func (qp *QP) SendQueueLen() int {
 	return int(tail - head)
 }
 
+// InFlight reports whether the QP is an RC QP in RTS with packets sent
+// and not yet acknowledged: a sender that takes part in sharing the
+// device's send window (Config.Window).
+func (qp *QP) InFlight() bool {
+	return qp.reliable() && qp.state == qpstate.RTS && qp.req.psn != qp.comp.psn
+}
+
 // Outstanding returns the number of send WQEs not yet completed and
 // responses the responder has still to send: both 0 when the QP is idle.
 func (qp *QP) Outstanding() (sends, responses int) {

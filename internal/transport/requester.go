@@ -194,7 +194,14 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 	// packet after more than MaxPktPerAck without one. UC asks for no
 	// ACKs (IBA 9.8, unreliable service: no acknowledgements; rxe
 	// init_req_packet).
-	h.BTH.AckReq = qp.reliable() && (last || r.noackPkts > MaxPktPerAck)
+	//
+	// A window smaller than that cadence would stall with no ACK to come
+	// (and wait for the retry timer), so the packet that fills such a
+	// window asks for one too; AckReq may be set on any packet (IBA
+	// 9.2.2). With windows of 65 PSNs and more, the packets are rxe's.
+	win := qp.window()
+	fills := win <= MaxPktPerAck && r.psn.Diff(qp.comp.psn) >= win
+	h.BTH.AckReq = qp.reliable() && (last || r.noackPkts > MaxPktPerAck || fills)
 	r.noackPkts++
 	if h.BTH.AckReq {
 		r.noackPkts = 0

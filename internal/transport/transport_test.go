@@ -239,3 +239,23 @@ func TestSendWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallWindowAsksForAcks: with a window below the AckReq cadence, the
+// packet that fills the window asks for an ACK, so a long message flows
+// without waiting for the retry timer; with rxe's window the packets carry
+// rxe's AckReq bits.
+func TestSmallWindowAsksForAcks(t *testing.T) {
+	h := newHarness(t, 256, nil)
+	var w atomic.Int32
+	w.Store(32)
+	h.a.qp.cfg.Window = &w
+	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 1000*256)},
+		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
+	h.deliver() // no clock moves: a stall would leave the WRITE incomplete
+	if len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess {
+		t.Fatalf("WCs %+v: the WRITE stalled with a 32-PSN window", h.a.cq.wcs)
+	}
+	if len(h.sent) != 1000 {
+		t.Errorf("%d packets sent, want 1000 (no retransmission)", len(h.sent))
+	}
+}
