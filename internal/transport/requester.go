@@ -51,7 +51,15 @@ func (r *requester) mayStart(qp *QP, w *sendWQE) bool {
 		return true // UC and UD wait for nothing: no ACKs, no READs or atomics
 	}
 	// The send window (rxe: req.psn may run at most MAX_UNACKED_PSNS ahead of comp.psn).
-	if r.psn.Diff(qp.comp.psn) > qp.window() {
+	// READ responses count in it, and the peer sends them in one burst
+	// with no window of its own: a READ waits while more than rxe's 128
+	// response PSNs are outstanding, however large the window, so that a
+	// slow responder (rxe in a small VM) is not flooded.
+	win := qp.window()
+	if w.wr.Opcode == WRRDMARead && r.offset == 0 {
+		win = min(win, MaxUnackedPSNs)
+	}
+	if r.psn.Diff(qp.comp.psn) > win {
 		return false
 	}
 	if r.offset > 0 {

@@ -259,3 +259,23 @@ func TestSmallWindowAsksForAcks(t *testing.T) {
 		t.Errorf("%d packets sent, want 1000 (no retransmission)", len(h.sent))
 	}
 }
+
+// TestReadWindow: however large the send window, READ requests stop while
+// more than MaxUnackedPSNs response PSNs are outstanding.
+func TestReadWindow(t *testing.T) {
+	h := newHarness(t, 256, func(pa, pb *Path) { pa.MaxRdAtomic, pb.MaxDestRdAtomic = 16, 16 })
+	var w atomic.Int32
+	w.Store(512)
+	h.a.qp.cfg.Window = &w
+	for i := range 8 {
+		h.post(h.a, SendWR{WRID: uint64(i), Opcode: WRRDMARead, SGL: []memory.SGE{h.a.sge(i*64*256, 64*256)},
+			RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
+	}
+	h.a.qp.Progress(h.now)
+	// Each READ takes 64 PSNs: PSNs 0..127 hold two, and a third would
+	// start at 128 (the window allows up to 128 ahead), taking the
+	// outstanding responses to 192.
+	if got := len(h.a.env.take()); got != 3 {
+		t.Errorf("%d READ requests sent at once with a 512-PSN window, want 3", got)
+	}
+}
