@@ -3,6 +3,7 @@ package verbs
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // BenchmarkWrite measures RDMA WRITE throughput between two devices and
@@ -43,4 +44,53 @@ func BenchmarkWrite(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkPingPong measures the round trip of a 2-byte RDMA WRITE
+// ping-pong between two devices on UDP loopback sockets, each side
+// waiting for the other's WRITE by busy polling (Device.BusyPoll), as
+// ib_write_lat does. ns/op is one round trip: twice the one-way latency.
+func BenchmarkPingPong(b *testing.B) {
+	x, y := pairOn(b, newUDPDevices, 1<<16, MTU1024)
+	done := make(chan struct{})
+	// y answers each WRITE with one of its own, on its own goroutine.
+	go func() {
+		defer close(done)
+		for i := 1; i <= b.N; i++ {
+			if !waitWrites(y, uint64(i)) {
+				return
+			}
+			postWrite(b, y, x)
+		}
+	}()
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		postWrite(b, x, y)
+		if !waitWrites(x, uint64(i)) {
+			b.Fatalf("round %d: no answer", i)
+		}
+	}
+	b.StopTimer()
+	<-done
+}
+
+// postWrite RDMA WRITEs 2 bytes from e to peer, unsignaled.
+func postWrite(b *testing.B, e, peer *endpoint) {
+	_, err := e.qp.PostSend([]SendWR{{Opcode: WRRDMAWrite, SGL: []SGE{e.mr.SGE(0, 2)},
+		RemoteAddr: peer.mr.Addr() + 1024, RKey: peer.mr.RKey()}})
+	if err != nil {
+		b.Error(err)
+	}
+}
+
+// waitWrites busy-polls e's device until e's MR has seen n remote writes,
+// for up to 10 s.
+func waitWrites(e *endpoint, n uint64) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if e.dev.BusyPoll(time.Millisecond, func() bool { return e.mr.RemoteWrites() >= n }) {
+			return true
+		}
+	}
+	return false
 }
