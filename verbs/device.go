@@ -349,6 +349,7 @@ func (d *Device) Counters() map[string]uint64 {
 func (d *Device) updateLinkCounters() {
 	ls := d.link.Stats()
 	d.stats.Set(stats.ICRCErrors, ls.ICRCErrors)
+	d.stats.Set(stats.SocketDrops, ls.SocketDrops)
 	f := ls.Fault
 	d.stats.Set(stats.FaultDropped, f.Dropped+f.Overflow+f.Discarded)
 	d.stats.Set(stats.FaultDuplicated, f.Duplicated)

@@ -87,9 +87,11 @@ func (m *mmsg) setMsg(j, i, n int, a netip.AddrPort, scope uint32, segSize int) 
 }
 
 // rxMeta returns what the control messages of received message i say:
-// whether it arrived marked ECN CE (IP_TOS, IPV6_TCLASS) and the segment
-// size of a GRO super-packet (UDP_GRO; 0 for a single datagram).
-func (m *mmsg) rxMeta(i int) (ce bool, segSize int) {
+// whether it arrived marked ECN CE (IP_TOS, IPV6_TCLASS), the segment
+// size of a GRO super-packet (UDP_GRO; 0 for a single datagram), and the
+// datagrams the socket had dropped by the time this one was queued
+// (SO_RXQ_OVFL; the kernel sends it only once there are any).
+func (m *mmsg) rxMeta(i int) (ce bool, segSize int, drops uint32) {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&m.ctls[i])), len(m.ctls[i])*8)
 	b = b[:min(int(m.hs[i].hdr.Controllen), len(b))]
 	for len(b) >= unix.SizeofCmsghdr {
@@ -106,10 +108,12 @@ func (m *mmsg) rxMeta(i int) (ce bool, segSize int) {
 			ce = binary.NativeEndian.Uint32(data)&ecnMask == ecnCE
 		case c.Level == unix.IPPROTO_UDP && c.Type == unix.UDP_GRO && len(data) >= 4:
 			segSize = int(binary.NativeEndian.Uint32(data))
+		case c.Level == unix.SOL_SOCKET && c.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+			drops = binary.NativeEndian.Uint32(data)
 		}
 		b = b[min(unix.CmsgSpace(n-unix.CmsgLen(0)), len(b)):]
 	}
-	return ce, segSize
+	return ce, segSize, drops
 }
 
 // groReader is the receive state of a link with UDP_GRO: the buffers the
@@ -220,7 +224,8 @@ func (u *UDP) startDatagram(g *groReader, m *mmsg, c *rxCount) bool {
 		c.malformed++
 		return false
 	}
-	ce, seg := m.rxMeta(i)
+	ce, seg, drops := m.rxMeta(i)
+	c.noteDrops(drops)
 	if seg <= 0 || seg > size {
 		seg = size // a single datagram
 	}

@@ -102,7 +102,13 @@ type Stats struct {
 	ICRCErrors uint64 // dropped on receive: wrong ICRC (IPv4: no IP ID makes it right)
 	Malformed  uint64 // dropped on receive: shorter than BTH+ICRC, or an unexpected source address family
 	Oversized  uint64 // dropped on receive: longer than the read buffer's capacity
-	SendErrors uint64 // WriteBatch calls that stopped on an error
+
+	// SocketDrops counts datagrams the kernel dropped on the link's
+	// socket before the link could read them, almost always because the
+	// receive buffer was full (UDP links, SO_RXQ_OVFL; as of the last
+	// datagram read, so drops show once traffic resumes).
+	SocketDrops uint64
+	SendErrors  uint64 // WriteBatch calls that stopped on an error
 
 	// PortFallbacks counts packets sent from the link's own port instead
 	// of their SrcPort, because no socket could be opened for that port
@@ -188,6 +194,7 @@ type counters struct {
 	icrcErrors, malformed  atomic.Uint64
 	oversized, sendErrors  atomic.Uint64
 	portFallbacks          atomic.Uint64
+	socketDrops            atomic.Uint64 // the highest drop count a datagram reported
 }
 
 func (c *counters) snapshot() Stats {
@@ -201,13 +208,18 @@ func (c *counters) snapshot() Stats {
 		Oversized:     c.oversized.Load(),
 		SendErrors:    c.sendErrors.Load(),
 		PortFallbacks: c.portFallbacks.Load(),
+		SocketDrops:   c.socketDrops.Load(),
 	}
 }
 
 // rxCount tallies one ReadBatch call before it is added to the counters.
 type rxCount struct {
 	packets, bytes, icrc, malformed, oversized uint64
+	drops                                      uint32 // the highest SO_RXQ_OVFL count seen
 }
+
+// noteDrops records the socket drop count a datagram carried.
+func (r *rxCount) noteDrops(n uint32) { r.drops = max(r.drops, n) }
 
 func (c *counters) addRx(r *rxCount) {
 	if r.packets != 0 {
@@ -222,6 +234,14 @@ func (c *counters) addRx(r *rxCount) {
 	}
 	if r.oversized != 0 {
 		c.oversized.Add(r.oversized)
+	}
+	// The kernel's count is cumulative (and 32 bits: it wraps after 2^32
+	// drops, which the link does not track).
+	for d := uint64(r.drops); d != 0; {
+		old := c.socketDrops.Load()
+		if d <= old || c.socketDrops.CompareAndSwap(old, d) {
+			break
+		}
 	}
 }
 

@@ -183,9 +183,9 @@ func (m *mmsg) name(i int) (a netip.AddrPort, ok bool) {
 }
 
 // ctlBuf holds one message's control messages, aligned for cmsghdr: room
-// for two carrying an int each (24 bytes each on 64-bit systems): the TOS
-// or traffic class and the GRO segment size.
-type ctlBuf [8]uint64
+// for three carrying an int each (24 bytes each on 64-bit systems): the
+// TOS or traffic class, the GRO segment size and the socket's drop count.
+type ctlBuf [12]uint64
 
 // ECN codepoints: the low two bits of the IPv4 TOS and the IPv6 traffic
 // class (RFC 3168).

@@ -69,6 +69,11 @@ func (o sockOpts) apply(fd int) error {
 		}
 	}
 	if !o.sendOnly {
+		// Report the socket's count of dropped datagrams with each one
+		// received, for Stats.SocketDrops.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1); err != nil {
+			return fmt.Errorf("SO_RXQ_OVFL: %w", err)
+		}
 		// Report each datagram's TOS or traffic class, for Packet.CE.
 		lvl, opt := unix.IPPROTO_IP, unix.IP_RECVTOS
 		if o.is6 {

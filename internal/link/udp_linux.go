@@ -432,7 +432,8 @@ func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
 		c.icrc++
 		return false
 	}
-	ce, _ := m.rxMeta(i)
+	ce, _, drops := m.rxMeta(i)
+	c.noteDrops(drops)
 	p.Buf, p.Peer, p.CE = pkt, peer, ce
 	c.packets++
 	c.bytes += uint64(size)

@@ -34,6 +34,7 @@ const (
 	RcvdBytes                          // UDP payload bytes received and accepted
 	ICRCErrors                         // packets dropped for a bad ICRC
 	Malformed                          // packets dropped as malformed or for no QP
+	SocketDrops                        // datagrams the kernel dropped on the socket (full receive buffer)
 	FaultDropped                       // fault injection (Config.Fault): packets dropped on purpose
 	FaultDuplicated                    //   … sent twice
 	FaultReordered                     //   … held back behind later ones
@@ -47,7 +48,7 @@ var names = [NumCounters]string{
 	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err",
 	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
 	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
-	"sent_bytes", "rcvd_bytes", "icrc_errors", "malformed",
+	"sent_bytes", "rcvd_bytes", "icrc_errors", "malformed", "socket_drops",
 	"fault_dropped", "fault_duplicated", "fault_reordered", "fault_corrupted", "fault_delayed", "fault_ce_marked",
 }
 
