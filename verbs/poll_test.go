@@ -1,8 +1,11 @@
 package verbs
 
 import (
+	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/link"
 )
 
 // TestBusyPoll runs a WRITE ping-pong in which each side waits by
@@ -157,5 +160,38 @@ func TestSendWindowDestroy(t *testing.T) {
 	must(t, a.qp.Destroy())
 	if n := a.dev.sending.Load(); n != 0 {
 		t.Errorf("after Destroy: %d senders, want 0", n)
+	}
+}
+
+// TestBusyPollLossy: the WRITE ping-pong of TestBusyPoll over a link that
+// drops, duplicates and reorders packets: held ACKs that are lost, and
+// answers whose ACK goes after them, must still end in every WRITE placed
+// once and completed.
+func TestBusyPollLossy(t *testing.T) {
+	a4, b4 := netip.MustParseAddrPort("198.18.2.1:4791"), netip.MustParseAddrPort("198.18.2.2:4791")
+	fa, err := link.ParseFault("drop=5%,dup=2%,reorder=5%,window=4,seed=31")
+	must(t, err)
+	fb, err := link.ParseFault("drop=5%,dup=2%,reorder=5%,window=4,seed=32")
+	must(t, err)
+	la, lb := link.NewMemPairFault(a4, b4, fa, fb)
+	da, db := openPair(t, Config{Addr: a4.Addr(), Link: la, MTU: 9000}, Config{Addr: b4.Addr(), Link: lb, MTU: 9000})
+	a, b := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
+	connect(t, a, b, MTU1024)
+	const rounds = 100
+	for i := 1; i <= rounds; i++ {
+		pingWrite(t, a, b, i, 100, func() { b.dev.Progress() })
+		pingWrite(t, b, a, i, 100, func() { a.dev.Progress() })
+	}
+	a.dev.EndPoll()
+	b.dev.EndPoll()
+	for _, e := range []*endpoint{a, b} {
+		for _, wc := range wait(t, e.cq, rounds) {
+			if wc.Status != WCSuccess {
+				t.Fatalf("%+v", wc)
+			}
+		}
+	}
+	if s := da.Counters(); s["fault_dropped"] == 0 {
+		t.Errorf("the link dropped nothing: %v", s)
 	}
 }
