@@ -563,13 +563,14 @@ func (w *worker) handleEvent(ev event) {
 	switch ev.kind {
 	case evPackets:
 		now := time.Now()
+		var pkts, bytes uint64 // counted once per batch: the counters are shared by every goroutine
 		for i := range ev.batch.n {
 			b := ev.batch.bufs[i]
 			ev.batch.bufs[i] = nil
 			qp := w.qps[ev.batch.qpn[i]]
 			if err := w.pkt.Parse(b); err == nil && qp != nil {
-				w.dev.stats.Inc(stats.RcvdPkts)
-				w.dev.stats.Add(stats.RcvdBytes, uint64(len(b)))
+				pkts++
+				bytes += uint64(len(b))
 				qp.t.ReceiveFrom(&w.pkt, ev.batch.origin[i], now)
 				w.markDirty(qp)
 			} else {
@@ -580,6 +581,8 @@ func (w *worker) handleEvent(ev event) {
 			}
 			ev.batch.lent[i] = false
 		}
+		w.dev.stats.Add(stats.RcvdPkts, pkts)
+		w.dev.stats.Add(stats.RcvdBytes, bytes)
 		ev.batch.n = 0
 		batchPool.Put(ev.batch)
 	case evKick:
@@ -744,9 +747,11 @@ func (w *worker) flush() {
 	}
 	for len(w.tx) > 0 {
 		n, err := w.dev.link.WriteBatch(w.tx)
+		var bytes uint64
 		for i := range n {
-			w.dev.stats.Add(stats.SentBytes, uint64(len(w.tx[i].Buf)))
+			bytes += uint64(len(w.tx[i].Buf))
 		}
+		w.dev.stats.Add(stats.SentBytes, bytes)
 		w.dev.stats.Add(stats.SentPkts, uint64(n))
 		if err != nil && n == 0 {
 			n = 1 // drop the packet the link refused; the transport retries

@@ -77,14 +77,16 @@ func (c *Counters) Inc(k Counter) {
 
 // Add adds n to counter k.
 func (c *Counters) Add(k Counter, n uint64) {
-	if c != nil {
+	if c != nil && n != 0 {
 		c.v[k].Add(n)
 	}
 }
 
 // Set sets counter k (for counts kept elsewhere, such as the link's).
 func (c *Counters) Set(k Counter, v uint64) {
-	if c != nil {
+	// A store only when the value changes: the cache line then stays
+	// shared between the cores that read it.
+	if c != nil && c.v[k].Load() != v {
 		c.v[k].Store(v)
 	}
 }
