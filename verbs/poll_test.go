@@ -29,18 +29,24 @@ func TestBusyPoll(t *testing.T) {
 			if polled < rounds {
 				t.Errorf("the pollers read %d packets of %d writes and their ACKs", polled, 2*rounds)
 			}
-			// Each side's WRITEs complete: the held ACKs left with the
-			// next post, the last one when polling ended.
-			a.dev.EndPoll()
-			b.dev.EndPoll()
-			for _, e := range []*endpoint{a, b} {
-				for _, wc := range wait(t, e.cq, rounds) {
-					if wc.Status != WCSuccess {
-						t.Fatalf("%+v", wc)
-					}
-				}
-			}
+			endPollAndComplete(t, rounds, a, b)
 		})
+	}
+}
+
+// endPollAndComplete ends polling on both sides and checks that each
+// side's n signaled WRITEs complete: the ACKs a poller held back left with
+// the next post, the last ones when polling ended.
+func endPollAndComplete(t *testing.T, n int, a, b *endpoint) {
+	t.Helper()
+	a.dev.EndPoll()
+	b.dev.EndPoll()
+	for _, e := range []*endpoint{a, b} {
+		for _, wc := range wait(t, e.cq, n) {
+			if wc.Status != WCSuccess {
+				t.Fatalf("%+v", wc)
+			}
+		}
 	}
 }
 
@@ -182,15 +188,7 @@ func TestBusyPollLossy(t *testing.T) {
 		pingWrite(t, a, b, i, 100, func() { b.dev.Progress() })
 		pingWrite(t, b, a, i, 100, func() { a.dev.Progress() })
 	}
-	a.dev.EndPoll()
-	b.dev.EndPoll()
-	for _, e := range []*endpoint{a, b} {
-		for _, wc := range wait(t, e.cq, rounds) {
-			if wc.Status != WCSuccess {
-				t.Fatalf("%+v", wc)
-			}
-		}
-	}
+	endPollAndComplete(t, rounds, a, b)
 	if s := da.Counters(); s["fault_dropped"] == 0 {
 		t.Errorf("the link dropped nothing: %v", s)
 	}
