@@ -200,3 +200,27 @@ func udpPairConfig(t testing.TB, ipA, ipB string, cfg UDPConfig) (*UDP, *UDP) {
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
 }
+
+// checkRoundTripAllocs writes pkts from a and reads them all back at b with
+// read, once to warm up (sockets, buffers), and then fails the test if a
+// round allocates.
+func checkRoundTripAllocs(t *testing.T, a, b Link, pkts []Packet, read func([]Packet) (int, error)) {
+	t.Helper()
+	bufs := readBufs(len(pkts))
+	round := func() {
+		if n, err := a.WriteBatch(pkts); n != len(pkts) || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		for got := 0; got < len(pkts); {
+			n, err := read(bufs[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	round()
+	if allocs := testing.AllocsPerRun(50, round); allocs != 0 {
+		t.Errorf("%v allocations per batch of %d, want 0", allocs, len(pkts))
+	}
+}

@@ -234,21 +234,5 @@ func TestMemAllocs(t *testing.T) {
 	a, b := NewMemPair(mustParse("10.0.0.1:1"), mustParse("10.0.0.2:2"))
 	defer a.Close()
 	defer b.Close()
-	pkts := batch(64, b.LocalAddr())
-	bufs := readBufs(64)
-	allocs := testing.AllocsPerRun(50, func() {
-		if n, err := a.WriteBatch(pkts); n != 64 || err != nil {
-			t.Fatalf("WriteBatch = %d, %v", n, err)
-		}
-		for got := 0; got < 64; {
-			n, err := b.ReadBatch(bufs[got:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += n
-		}
-	})
-	if allocs != 0 {
-		t.Errorf("%v allocations per batch of 64, want 0", allocs)
-	}
+	checkRoundTripAllocs(t, a, b, batch(64, b.LocalAddr()), b.ReadBatch)
 }

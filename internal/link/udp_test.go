@@ -267,23 +267,7 @@ func TestUDPAllocs(t *testing.T) {
 	for i := 32; i < 64; i++ {
 		pkts[i].SrcPort = SourcePort(0x42)
 	}
-	bufs := readBufs(64)
-	round := func() {
-		if n, err := a.WriteBatch(pkts); n != 64 || err != nil {
-			t.Fatalf("WriteBatch = %d, %v", n, err)
-		}
-		for got := 0; got < 64; {
-			n, err := b.ReadBatch(bufs[got:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += n
-		}
-	}
-	round() // opens the per-port socket
-	if allocs := testing.AllocsPerRun(50, round); allocs != 0 {
-		t.Errorf("%v allocations per batch of 64, want 0", allocs)
-	}
+	checkRoundTripAllocs(t, a, b, pkts, b.ReadBatch) // the first round opens the per-port socket
 }
 
 // TestUDPReadBatchKeepsBuffers drops packets in the middle of one recvmmsg
