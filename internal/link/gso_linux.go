@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"sync"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -209,23 +208,12 @@ func (u *UDP) readGRO(pkts []Packet, wait, lend bool) (int, error) {
 func (u *UDP) startDatagram(g *groReader, m *mmsg, c *rxCount) bool {
 	i := g.next
 	g.next++
-	h := &m.hs[i]
-	if h.hdr.Flags&syscall.MSG_TRUNC != 0 { // not with 64 KiB buffers; but never trust a length past them
-		c.oversized++
+	// Truncation cannot happen with 64 KiB buffers, but a length past them
+	// is never trusted; segments too short are counted as they are split.
+	size, peer, ce, seg, ok := u.datagram(m, i, 1, c)
+	if !ok {
 		return false
 	}
-	size := int(h.n)
-	if size == 0 {
-		c.malformed++
-		return false
-	}
-	peer, ok := m.name(i)
-	if !ok || peer.Addr().Is4() != u.laddr.Addr().Is4() {
-		c.malformed++
-		return false
-	}
-	ce, seg, drops := m.rxMeta(i)
-	c.noteDrops(drops)
 	if seg <= 0 || seg > size {
 		seg = size // a single datagram
 	}

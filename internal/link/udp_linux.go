@@ -409,22 +409,37 @@ func (u *UDP) Interrupt() {
 	u.conn.SetReadDeadline(time.Unix(1, 0))
 }
 
+// datagram checks what the kernel says of received message i of m: not
+// truncated, at least minSize bytes, from the link's address family. It
+// counts a datagram it refuses in c, notes the socket's drop count, and
+// returns the datagram's size, sender and control-message metadata (see
+// rxMeta).
+func (u *UDP) datagram(m *mmsg, i, minSize int, c *rxCount) (size int, peer netip.AddrPort, ce bool, seg int, ok bool) {
+	h := &m.hs[i]
+	size = int(h.n)
+	if h.hdr.Flags&syscall.MSG_TRUNC != 0 {
+		c.oversized++
+		return 0, peer, false, 0, false
+	}
+	if size < minSize {
+		c.malformed++
+		return 0, peer, false, 0, false
+	}
+	peer, ok = m.name(i)
+	if !ok || peer.Addr().Is4() != u.laddr.Addr().Is4() {
+		c.malformed++
+		return 0, peer, false, 0, false
+	}
+	ce, seg, drops := m.rxMeta(i)
+	c.noteDrops(drops)
+	return size, peer, ce, seg, true
+}
+
 // accept checks datagram i of m, which the kernel wrote into p.Buf's
 // backing array, and on success reslices p.Buf to it and sets p.Peer.
 func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
-	h := &m.hs[i]
-	size := int(h.n)
-	if h.hdr.Flags&syscall.MSG_TRUNC != 0 {
-		c.oversized++
-		return false
-	}
-	if size < minPacket {
-		c.malformed++
-		return false
-	}
-	peer, ok := m.name(i)
-	if !ok || peer.Addr().Is4() != u.laddr.Addr().Is4() {
-		c.malformed++
+	size, peer, ce, _, ok := u.datagram(m, i, minPacket, c)
+	if !ok {
 		return false
 	}
 	pkt := p.Buf[:size]
@@ -432,8 +447,6 @@ func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
 		c.icrc++
 		return false
 	}
-	ce, _, drops := m.rxMeta(i)
-	c.noteDrops(drops)
 	p.Buf, p.Peer, p.CE = pkt, peer, ce
 	c.packets++
 	c.bytes += uint64(size)
