@@ -1,8 +1,9 @@
 // Package golden gives tests the golden captures of Linux Soft-RoCE traffic
 // in testdata/pcaps and what independent tools said about them: tshark's
 // dissection and the interop harness's ICRC checker (DECODE.txt), and the
-// capture script's per-test summary (summary*.txt). It reads text only and
-// imports nothing of goroce, so any package's tests can use it.
+// capture script's per-test summary (summary*.txt), and the captures'
+// frames decoded by gopacket. It imports nothing of goroce, so any
+// package's tests can use it.
 package golden
 
 import (
@@ -15,6 +16,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/pcapgo"
 )
 
 // Dir returns the directory of the golden captures, testdata/pcaps at the
@@ -48,6 +52,32 @@ func Pcaps() ([]string, error) {
 		err = fmt.Errorf("golden: no captures in %s", dir)
 	}
 	return paths, err
+}
+
+// Frames decodes the golden capture name (e.g. "rc_write_lat_64", without
+// ".pcap") with gopacket and returns its frames in capture order.
+func Frames(name string) ([]gopacket.Packet, error) {
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, name+".pcap"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("golden: %s: %w", name, err)
+	}
+	var frames []gopacket.Packet
+	for pkt := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
+		if err := pkt.ErrorLayer(); err != nil {
+			return nil, fmt.Errorf("golden: %s frame %d: %v", name, len(frames)+1, err.Error())
+		}
+		frames = append(frames, pkt)
+	}
+	return frames, nil
 }
 
 // Packet is one RoCEv2 packet as DECODE.txt lists it: tshark's summary line

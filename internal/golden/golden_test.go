@@ -1,6 +1,11 @@
 package golden
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/gopacket/gopacket/layers"
+)
 
 func TestDecode(t *testing.T) {
 	d, err := Decode()
@@ -27,5 +32,38 @@ func TestDecode(t *testing.T) {
 	paths, err := Pcaps()
 	if err != nil || len(paths) != len(d) {
 		t.Errorf("%d captures (%v), DECODE.txt has %d sections", len(paths), err, len(d))
+	}
+}
+
+// TestFrames: gopacket finds, in every capture, the RoCEv2 datagrams
+// DECODE.txt lists, in the same frames and with the same UDP lengths.
+func TestFrames(t *testing.T) {
+	d, err := Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range d {
+		frames, err := Frames(strings.TrimSuffix(file, ".pcap"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []Packet
+		for i, f := range frames {
+			if udp, _ := f.Layer(layers.LayerTypeUDP).(*layers.UDP); udp != nil && udp.DstPort == 4791 {
+				got = append(got, Packet{File: file, Frame: i + 1, UDPLen: len(udp.Payload)})
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: %d RoCEv2 frames, DECODE.txt lists %d", file, len(got), len(want))
+			continue
+		}
+		for i := range got {
+			if got[i].Frame != want[i].Frame || got[i].UDPLen != want[i].UDPLen {
+				t.Errorf("%s: frame %d with %d bytes, DECODE.txt: frame %d with %d", file, got[i].Frame, got[i].UDPLen, want[i].Frame, want[i].UDPLen)
+			}
+		}
+	}
+	if _, err := Frames("no_such_capture"); err == nil {
+		t.Error("Frames of a missing capture: no error")
 	}
 }

@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/goroce/goroce/internal/golden"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -31,17 +30,12 @@ const pcapDir = "../../testdata/pcaps"
 // capture, in capture order.
 func oobStream(t *testing.T, name string) []segment {
 	t.Helper()
-	f, err := os.Open(filepath.Join(pcapDir, name+".pcap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
+	frames, err := golden.Frames(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var segs []segment
-	for pkt := range gopacket.NewPacketSource(r, r.LinkType()).PacketsCtx(t.Context()) {
+	for _, pkt := range frames {
 		tcp, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
 		if tcp == nil || len(tcp.Payload) == 0 || (tcp.DstPort != 18515 && tcp.SrcPort != 18515) {
 			continue
@@ -259,16 +253,11 @@ func checkOutput(t *testing.T, p *Params, out string, client bool) {
 // goroce whose client spoke first waited forever for real perftest, which
 // waits for the server (found by make interop).
 func TestWriteLatServerSpeaksFirst(t *testing.T) {
-	f, err := os.Open(filepath.Join(pcapDir, "rc_write_lat_64.pcap"))
+	frames, err := golden.Frames("rc_write_lat_64")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for pkt := range gopacket.NewPacketSource(r, r.LinkType()).PacketsCtx(t.Context()) {
+	for _, pkt := range frames {
 		udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
 		ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		if udp == nil || ip == nil || udp.DstPort != 4791 || len(udp.Payload) < 1 {

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/goroce/goroce/internal/golden"
 	"github.com/goroce/goroce/internal/wire"
 	"github.com/goroce/goroce/verbs"
 )
@@ -167,17 +166,11 @@ type rocePacket struct {
 // recorded pingpong run sent, in order, and its RoCEv2 packets.
 func readPcap(t *testing.T, name string) (fromClient, fromServer [][]byte, roce []rocePacket) {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "testdata", "pcaps", name+".pcap"))
+	frames, err := golden.Frames(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := gopacket.NewPacketSource(r, r.LinkType())
-	for pkt := range src.PacketsCtx(t.Context()) {
+	for _, pkt := range frames {
 		if udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP); udp != nil && udp.DstPort == 4791 {
 			ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 			if ip == nil {
