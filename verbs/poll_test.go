@@ -30,6 +30,8 @@ func TestBusyPoll(t *testing.T) {
 				t.Errorf("the pollers read %d packets of %d writes and their ACKs", polled, 2*rounds)
 			}
 			endPollAndComplete(t, rounds, a, b)
+			noRetries(t, a)
+			noRetries(t, b)
 		})
 	}
 }
@@ -47,6 +49,14 @@ func endPollAndComplete(t *testing.T, n int, a, b *endpoint) {
 				t.Fatalf("%+v", wc)
 			}
 		}
+	}
+}
+
+// noRetries fails the test if e's device retransmitted anything.
+func noRetries(t *testing.T, e *endpoint) {
+	t.Helper()
+	if n := e.dev.Counters()["completer_retry_err"]; n != 0 {
+		t.Errorf("%v retransmitted %d times on a lossless link", e.dev.Addr(), n)
 	}
 }
 
@@ -70,6 +80,9 @@ func TestBusyPollHeldAckReleased(t *testing.T) {
 					t.Fatalf("write %d: %+v", i, wc)
 				}
 			}
+			// By the held ACK itself, not by a retransmission after a's
+			// ACK timeout, which b would have acknowledged anyway.
+			noRetries(t, a)
 		})
 	}
 }
