@@ -122,14 +122,14 @@ func (p *dispatcher) read() {
 // device's unicast link, whose reader steps aside while the device is
 // busy-polled.
 func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
-	r := p.newRouter(group)
+	r := p.newRouter(l, group)
 	defer r.release()
 	for {
 		if !group.IsValid() && !p.parkWhilePolled() {
 			return
 		}
 		r.fill()
-		n, err := r.read(l, true)
+		n, err := r.read(true)
 		if err != nil {
 			r.used = len(r.pkts)
 			return
@@ -140,7 +140,7 @@ func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
 		if !group.IsValid() {
 			p.dev.updateLinkCounters()
 		}
-		if !r.routeAndReturn(l, n) {
+		if !r.routeAndReturn(n) {
 			return
 		}
 	}
@@ -149,6 +149,8 @@ func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
 // router routes the packets one goroutine reads to the workers.
 type router struct {
 	p       *dispatcher
+	link    link.Link
+	lender  link.Lender // link, if it lends packets; else nil
 	pkts    [link.MaxBatch]link.Packet
 	batches []*rxBatch // per worker, the batch being filled
 	group   netip.Addr // the multicast group read, or the zero Addr
@@ -161,31 +163,34 @@ type router struct {
 	poller bool
 }
 
-func (p *dispatcher) newRouter(group netip.Addr) *router {
-	r := &router{p: p, batches: make([]*rxBatch, len(p.workers)), group: group, dst: p.dev.cfg.Addr, used: link.MaxBatch}
+func (p *dispatcher) newRouter(l link.Link, group netip.Addr) *router {
+	r := &router{p: p, link: l, batches: make([]*rxBatch, len(p.workers)), group: group, dst: p.dev.cfg.Addr, used: link.MaxBatch}
 	if group.IsValid() {
 		r.dst = group
 	}
+	r.lender, _ = l.(link.Lender)
 	return r
 }
 
-// read reads a batch from l, borrowing the packets if l lends them.
-func (r *router) read(l link.Link, wait bool) (int, error) {
-	if ln, ok := l.(link.Lender); ok {
-		return ln.ReadLent(r.pkts[:], wait)
+// read reads a batch from the link, borrowing the packets if it lends
+// them.
+func (r *router) read(wait bool) (int, error) {
+	switch {
+	case r.lender != nil:
+		return r.lender.ReadLent(r.pkts[:], wait)
+	case wait:
+		return r.link.ReadBatch(r.pkts[:])
+	default:
+		return r.link.PollBatch(r.pkts[:])
 	}
-	if wait {
-		return l.ReadBatch(r.pkts[:])
-	}
-	return l.PollBatch(r.pkts[:])
 }
 
-// routeAndReturn is route for packets read from l, after which what l
+// routeAndReturn is route for n packets read, after which what the link
 // lent goes back to it.
-func (r *router) routeAndReturn(l link.Link, n int) bool {
+func (r *router) routeAndReturn(n int) bool {
 	ok := r.route(n)
-	if ln, isLender := l.(link.Lender); isLender {
-		ln.ReturnLent()
+	if r.lender != nil {
+		r.lender.ReturnLent()
 	}
 	return ok
 }
@@ -308,12 +313,12 @@ func (p *dispatcher) progress(now int64) int {
 	}
 	defer p.pollMu.Unlock()
 	if p.poll == nil {
-		p.poll = p.newRouter(netip.Addr{})
+		p.poll = p.newRouter(p.dev.link, netip.Addr{})
 		p.poll.poller = true
 	}
 	r := p.poll
 	r.fill()
-	n, err := r.read(p.dev.link, false)
+	n, err := r.read(false)
 	if err != nil || n == 0 {
 		r.used = 1 // a read that finds nothing touches at most the first slot
 		if err != nil {
@@ -323,7 +328,7 @@ func (p *dispatcher) progress(now int64) int {
 		return 0
 	}
 	p.dev.updateLinkCounters()
-	r.routeAndReturn(p.dev.link, n)
+	r.routeAndReturn(n)
 	return n
 }
 

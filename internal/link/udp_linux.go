@@ -299,36 +299,37 @@ func (u *UDP) PollBatch(pkts []Packet) (int, error) { return u.read(pkts, false)
 
 // read is ReadBatch, or with wait false PollBatch.
 func (u *UDP) read(pkts []Packet, wait bool) (int, error) {
-	if len(pkts) == 0 {
-		return 0, nil
-	}
-	pkts = pkts[:min(len(pkts), MaxBatch)]
-	if !u.lockRead(wait) {
-		return 0, nil
-	}
-	defer u.readMu.Unlock()
-	return u.readLocked(pkts, wait, false)
-}
-
-// ReadLent implements Lender.ReadLent: with UDP_GRO, packets are lent
-// from the super-packets the kernel wrote into the link's buffers.
-func (u *UDP) ReadLent(pkts []Packet, wait bool) (int, error) {
-	if len(pkts) == 0 {
-		return 0, nil
-	}
-	pkts = pkts[:min(len(pkts), MaxBatch)]
-	if !u.lockRead(wait) {
-		return 0, nil
-	}
-	n, err := u.readLocked(pkts, wait, true)
-	if n == 0 || err != nil {
+	n, err := u.readHeld(pkts, wait, false)
+	if n > 0 {
 		u.readMu.Unlock()
 	}
 	return n, err
 }
 
+// ReadLent implements Lender.ReadLent: with UDP_GRO, packets are lent
+// from the super-packets the kernel wrote into the link's buffers.
+func (u *UDP) ReadLent(pkts []Packet, wait bool) (int, error) { return u.readHeld(pkts, wait, true) }
+
 // ReturnLent implements Lender.ReturnLent.
 func (u *UDP) ReturnLent() { u.readMu.Unlock() }
+
+// readHeld reads a batch under readMu (lending GRO packets with lend) and
+// returns with readMu still held when it returns packets; without wait it
+// returns 0 when another read holds readMu.
+func (u *UDP) readHeld(pkts []Packet, wait, lend bool) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	pkts = pkts[:min(len(pkts), MaxBatch)]
+	if !u.lockRead(wait) {
+		return 0, nil
+	}
+	n, err := u.readLocked(pkts, wait, lend)
+	if n == 0 || err != nil {
+		u.readMu.Unlock()
+	}
+	return n, err
+}
 
 // lockRead takes readMu; without wait, only if it is free.
 func (u *UDP) lockRead(wait bool) bool {
