@@ -80,13 +80,7 @@ func (s *side) now() int64 { return int64(time.Since(s.t0)) }
 // set_up_connection): one MR holds, per QP, a source half and a target
 // half, and the target half's address is what the peer is told.
 func open(p *Params, dev *verbs.Device, client bool, out io.Writer) (*side, error) {
-	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch)}
-	if p.Kind == Lat && !p.Events {
-		// perftest's latency tests poll the CQ; here the poll drives the
-		// device too (verbs.Device.BusyPoll), which saves the wake-ups
-		// that are most of a small message's latency.
-		s.busy = busyPoll
-	}
+	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch), busy: p.busySpin()}
 	s.half = max(p.Size, cycleBuffer) + cacheLine // the slack holds a UD receive's GRH
 	s.half = (s.half + cacheLine - 1) / cacheLine * cacheLine
 	var err error
@@ -230,6 +224,18 @@ func (s *side) connect() error {
 		}
 	}
 	return nil
+}
+
+// busySpin is how long a wait of p's test busy-polls the device before it
+// blocks: perftest's latency tests poll the CQ, and here the poll drives
+// the device too (verbs.Device.BusyPoll), which saves the wake-ups that
+// are most of a small message's latency; with -e, and in bandwidth tests,
+// a wait blocks at once.
+func (p *Params) busySpin() time.Duration {
+	if p.Kind == Lat && !p.Events {
+		return busyPoll
+	}
+	return 0
 }
 
 // poll returns at least one completion from cq: it spins a while, then

@@ -109,6 +109,33 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
+// TestBusySpin: the latency tests busy-poll their waits, as perftest's poll
+// their CQs, unless -e asks for events; the bandwidth tests block.
+func TestBusySpin(t *testing.T) {
+	for _, tc := range []struct {
+		tool string
+		args []string
+		busy bool
+	}{
+		{"ib_write_lat", nil, true},
+		{"ib_send_lat", nil, true},
+		{"ib_read_lat", nil, true},
+		{"ib_atomic_lat", nil, true},
+		{"ib_write_lat", []string{"-e"}, false},
+		{"ib_send_lat", []string{"-e"}, false},
+		{"ib_write_bw", nil, false},
+		{"ib_send_bw", nil, false},
+	} {
+		p, err := Parse(Tools[tc.tool], tc.args)
+		if err != nil {
+			t.Fatalf("%s %q: %v", tc.tool, tc.args, err)
+		}
+		if got := p.busySpin() > 0; got != tc.busy {
+			t.Errorf("%s %q: busy-polls %v, want %v", tc.tool, tc.args, got, tc.busy)
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct {
 		tool string
