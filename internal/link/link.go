@@ -6,10 +6,11 @@
 //
 // A link starts no goroutines, except one to release held packets when its
 // FaultConfig delays or reorders them, which Close stops. ReadBatch and
-// WriteBatch block the calling goroutine (UDP links wait in the Go
-// netpoller, so no OS thread is held); Close, from any goroutine, makes
-// every blocked and later call return net.ErrClosed. The intended use is one reader goroutine and one or more
-// writer goroutines per link:
+// WriteBatch block the calling goroutine (UDP links wait in ppoll, outside
+// the Go netpoller, so that a packet nobody waits for wakes no thread: see
+// sockfd_linux.go); Close, from any goroutine, makes every blocked and
+// later call return net.ErrClosed. The intended use is one reader
+// goroutine and one or more writer goroutines per link:
 //
 //	reader goroutine ── ReadBatch ──▶ (UDP: split GRO super-packets) ──▶ check length and ICRC ──▶ packets to the device
 //	device goroutines ── WriteBatch ─▶ fill ICRC ──▶ fault stage, if any ──▶ sendmmsg, grouped by source port

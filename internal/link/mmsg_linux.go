@@ -35,7 +35,7 @@ type mmsg struct {
 	segs  [MaxBatch]uint8                 // packets in each message sent (more than 1: a GSO super-packet)
 
 	// Arguments and results of the system call in progress, so that the
-	// functions handed to syscall.RawConn are method values bound once,
+	// functions handed to sockFD.Read and Write are method values bound once,
 	// not closures allocated per call.
 	off, cnt int
 	noWait   bool // a read returns 0 datagrams instead of waiting
@@ -86,10 +86,10 @@ func (m *mmsg) clearBufs(n int) {
 	}
 }
 
-// readFrom receives up to cnt datagrams into messages 0..cnt-1, waiting in
-// the netpoller until at least one is there; with wait false it returns 0
+// readFrom receives up to cnt datagrams into messages 0..cnt-1, waiting
+// until at least one is there; with wait false it returns 0
 // at once when none is.
-func (m *mmsg) readFrom(rc syscall.RawConn, cnt int, wait bool) (int, error) {
+func (m *mmsg) readFrom(rc *sockFD, cnt int, wait bool) (int, error) {
 	for i := range cnt {
 		h := &m.hs[i].hdr
 		h.Namelen = unix.SizeofSockaddrInet6
@@ -108,10 +108,10 @@ func (m *mmsg) readFrom(rc syscall.RawConn, cnt int, wait bool) (int, error) {
 	return m.n, nil
 }
 
-// writeTo sends messages off..off+cnt-1, waiting in the netpoller while the
+// writeTo sends messages off..off+cnt-1, waiting while the
 // socket buffer is full. It returns how many were sent; the kernel may
 // send fewer than cnt without an error.
-func (m *mmsg) writeTo(rc syscall.RawConn, off, cnt int) (int, error) {
+func (m *mmsg) writeTo(rc *sockFD, off, cnt int) (int, error) {
 	m.off, m.cnt, m.noWait = off, cnt, false
 	if err := rc.Write(m.sendF); err != nil {
 		return 0, err

@@ -1,7 +1,6 @@
 package link
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -110,12 +108,12 @@ const maxPortSockets = 1024
 // IPV6_RECVTCLASS). A packet the fault stage CE-marks leaves with TOS or
 // traffic class 0x03, set by a control message to sendmmsg.
 //
-// A UDP link starts no goroutines (except a fault stage's, see FaultConfig):
-// ReadBatch and WriteBatch wait in the Go netpoller, and Close unblocks
-// them.
+// A UDP link starts no goroutines (except a fault stage's, see FaultConfig).
+// Its sockets stay out of the Go netpoller (sockfd_linux.go): ReadBatch and
+// WriteBatch wait in ppoll, and Close unblocks them.
 type UDP struct {
-	conn  *net.UDPConn
-	rc    syscall.RawConn
+	sock  *sockFD
+	set   *sockSet       // the eventfds and close lock of sock and the port sockets
 	laddr netip.AddrPort // unmapped, no zone
 	bind  netip.Addr     // the IP as bound, with its zone
 	scope uint32         // IPv6 scope (interface index) of a link-local address
@@ -141,10 +139,7 @@ type UDP struct {
 }
 
 // portSocket is a send-only socket bound to one source port.
-type portSocket struct {
-	conn *net.UDPConn
-	rc   syscall.RawConn
-}
+type portSocket struct{ sock *sockFD }
 
 var _ Link = (*UDP)(nil)
 
@@ -188,12 +183,17 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	if opts.group && (!ip.IsMulticast() || cfg.Interface.Unmap().Is4() != ip.Is4()) {
 		return nil, fmt.Errorf("link: listen %v: a group link needs a multicast address and an interface address of its family", a)
 	}
-	listenFn := listen
-	if opts.group {
-		listenFn = listenGroup
-	}
-	conn, rc, err := listenFn(a, opts)
+	set, err := newSockSet()
 	if err != nil {
+		return nil, fmt.Errorf("link: listen %v: %w", a, err)
+	}
+	// A group link binds the group address itself, not through package
+	// net, which would bind a multicast listener to the wildcard address
+	// (and then both clash with the devices bound to port 4791 and
+	// receive their unicast packets).
+	sock, la, err := openSocket(a, scope, opts, set)
+	if err != nil {
+		set.close(func() {})
 		return nil, fmt.Errorf("link: listen %v: %w", a, err)
 	}
 	if opts.group {
@@ -202,17 +202,16 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 			ifIndex, err = interfaceIndex(cfg.Interface.Unmap())
 		}
 		if err == nil {
-			err = controlErr(rc, func(fd int) error { return joinGroup(fd, ip, cfg.Interface.Unmap(), ifIndex) })
+			err = joinGroup(sock.fd, ip, cfg.Interface.Unmap(), ifIndex)
 		}
 		if err != nil {
-			conn.Close()
+			set.close(func() { unix.Close(sock.fd) })
 			return nil, fmt.Errorf("link: join %v: %w", a, err)
 		}
 	}
-	la := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	u := &UDP{
-		conn:  conn,
-		rc:    rc,
+		sock:  sock,
+		set:   set,
 		laddr: plain(la),
 		bind:  ip,
 		scope: scope,
@@ -228,32 +227,6 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	}
 	u.fault.startRelease(u.flushHeld)
 	return u, nil
-}
-
-// listen opens a UDP socket bound to a with the options set before bind.
-func listen(a netip.AddrPort, o sockOpts) (*net.UDPConn, syscall.RawConn, error) {
-	network := "udp4"
-	if o.is6 {
-		network = "udp6"
-	}
-	var serr error
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		if err := c.Control(func(fd uintptr) { serr = o.apply(int(fd)) }); err != nil {
-			return err
-		}
-		return serr
-	}}
-	pc, err := lc.ListenPacket(context.Background(), network, a.String())
-	if err != nil {
-		return nil, nil, err
-	}
-	conn := pc.(*net.UDPConn)
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	return conn, rc, nil
 }
 
 // LocalAddr returns the address the link is bound to.
@@ -277,14 +250,20 @@ func (u *UDP) Close() error {
 		return nil
 	}
 	u.closed = true
-	for _, ps := range u.ports {
-		if ps != nil {
-			ps.conn.Close()
-		}
-	}
-	clear(u.ports)
+	ports := u.ports
+	u.ports = nil
 	u.portsMu.Unlock()
-	err := u.conn.Close()
+	var err error
+	u.set.close(func() {
+		for _, ps := range ports {
+			if ps != nil {
+				unix.Close(ps.sock.fd)
+			}
+		}
+		if cerr := unix.Close(u.sock.fd); cerr != nil {
+			err = os.NewSyscallError("close", cerr)
+		}
+	})
 	if u.fault != nil {
 		u.fault.stop()
 	}
@@ -380,34 +359,29 @@ func (u *UDP) readLocked(pkts []Packet, wait, lend bool) (int, error) {
 // when Interrupt ends the wait.
 func (u *UDP) recv(cnt int, wait bool) (int, error) {
 	if wait && u.interrupted.Swap(false) {
+		u.set.clearInterrupt() // this return is the interrupt's effect
 		return 0, nil
 	}
-	for {
-		k, err := u.rd.readFrom(u.rc, cnt, wait)
-		switch {
-		case err == nil:
-			return k, nil
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			// Interrupt's deadline: clear it, and return if this is
-			// the interrupt's first effect (see Interrupt).
-			u.conn.SetReadDeadline(time.Time{})
-			if u.interrupted.Swap(false) || !wait {
-				return 0, nil
-			}
-		case errors.Is(err, net.ErrClosed):
-			return 0, net.ErrClosed
-		default:
-			return 0, fmt.Errorf("link: read %v: %w", u.laddr, err)
-		}
+	k, err := u.rd.readFrom(u.sock, cnt, wait)
+	switch {
+	case err == nil:
+		return k, nil
+	case errors.Is(err, errInterrupted):
+		u.interrupted.Store(false)
+		return 0, nil
+	case errors.Is(err, net.ErrClosed):
+		return 0, net.ErrClosed
+	default:
+		return 0, fmt.Errorf("link: read %v: %w", u.laddr, err)
 	}
 }
 
-// Interrupt implements Link.Interrupt: a deadline in the past wakes the
-// waiting read, and the flag makes sure one ReadBatch returns even if the
-// deadline is cleared by a read that was already ending.
+// Interrupt implements Link.Interrupt: the eventfd ends a wait in
+// progress, and the flag makes the next ReadBatch return at once if no
+// wait was in progress.
 func (u *UDP) Interrupt() {
 	u.interrupted.Store(true)
-	u.conn.SetReadDeadline(time.Unix(1, 0))
+	u.set.interrupt()
 }
 
 // datagram checks what the kernel says of received message i of m: not
@@ -525,7 +499,7 @@ func (u *UDP) check(p *Packet, src netip.AddrPort) error {
 
 // sendPlain sends pkts (checked, at most MaxBatch) from src on rc, one
 // datagram each, and returns how many went and their bytes.
-func (u *UDP) sendPlain(rc syscall.RawConn, src netip.AddrPort, pkts []Packet) (int, uint64, error) {
+func (u *UDP) sendPlain(rc *sockFD, src netip.AddrPort, pkts []Packet) (int, uint64, error) {
 	m := u.wr
 	defer m.clearBufs(len(pkts))
 	for i := range pkts {
@@ -556,7 +530,7 @@ func (u *UDP) sendPlain(rc syscall.RawConn, src netip.AddrPort, pkts []Packet) (
 // refused reports that the error came from a super-packet the kernel would
 // not send as such (EIO, EINVAL): the caller should send it as plain
 // datagrams.
-func (u *UDP) sendRuns(rc syscall.RawConn, src netip.AddrPort, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
+func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
 	m := u.wr
 	defer m.clearBufs(len(pkts))
 	maxBytes := maxGSOBytes(src.Addr().Is6())
@@ -596,9 +570,9 @@ func (u *UDP) sendRuns(rc syscall.RawConn, src netip.AddrPort, pkts []Packet) (s
 // portConn returns the socket to send from for a packet's SrcPort and the
 // address that socket sends from. fallback reports that the packet asked for
 // another port and could not have it.
-func (u *UDP) portConn(sport uint16) (rc syscall.RawConn, src netip.AddrPort, fallback bool, err error) {
+func (u *UDP) portConn(sport uint16) (rc *sockFD, src netip.AddrPort, fallback bool, err error) {
 	if sport == 0 || sport == u.laddr.Port() {
-		return u.rc, u.laddr, false, nil
+		return u.sock, u.laddr, false, nil
 	}
 	u.portsMu.Lock()
 	defer u.portsMu.Unlock()
@@ -611,29 +585,20 @@ func (u *UDP) portConn(sport uint16) (rc syscall.RawConn, src netip.AddrPort, fa
 		u.ports[sport] = ps
 	}
 	if ps == nil {
-		return u.rc, u.laddr, true, nil
+		return u.sock, u.laddr, true, nil
 	}
-	return ps.rc, netip.AddrPortFrom(u.laddr.Addr(), sport), false, nil
+	return ps.sock, netip.AddrPortFrom(u.laddr.Addr(), sport), false, nil
 }
 
 // openPort opens a send-only socket bound to (local IP, sport), or returns
 // nil if it cannot.
 func (u *UDP) openPort(sport uint16) *portSocket {
 	a := netip.AddrPortFrom(u.bind, sport)
-	conn, rc, err := listen(a, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true, gso: u.gso})
+	sock, _, err := openSocket(a, u.scope, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true, gso: u.gso}, u.set)
 	if err != nil {
 		return nil
 	}
-	return &portSocket{conn: conn, rc: rc}
-}
-
-// controlErr runs fn on the socket's descriptor.
-func controlErr(rc syscall.RawConn, fn func(fd int) error) error {
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
-		return err
-	}
-	return ferr
+	return &portSocket{sock: sock}
 }
 
 // interfaceIndex returns the index of the interface holding addr.
@@ -656,46 +621,4 @@ func interfaceIndex(addr netip.Addr) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no interface holds %v", addr)
-}
-
-// listenGroup opens a UDP socket bound to the multicast address a. It does
-// not go through package net, which binds a multicast listener to the
-// wildcard address instead (and would then both clash with the devices
-// bound to port 4791 and receive their unicast packets).
-func listenGroup(a netip.AddrPort, o sockOpts) (*net.UDPConn, syscall.RawConn, error) {
-	// Each sockaddr is built only for its family: As4 panics on an IPv6
-	// address.
-	family := unix.AF_INET6
-	var sa unix.Sockaddr
-	if o.is6 {
-		sa = &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()}
-	} else {
-		family = unix.AF_INET
-		sa = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().As4()}
-	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := o.apply(fd); err != nil {
-		unix.Close(fd)
-		return nil, nil, err
-	}
-	if err := unix.Bind(fd, sa); err != nil {
-		unix.Close(fd)
-		return nil, nil, fmt.Errorf("bind: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "goroce-group")
-	pc, err := net.FilePacketConn(f)
-	f.Close()
-	if err != nil {
-		return nil, nil, err
-	}
-	conn := pc.(*net.UDPConn)
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	return conn, rc, nil
 }

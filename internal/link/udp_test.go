@@ -6,6 +6,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -220,20 +223,17 @@ func TestUDPDefaults(t *testing.T) {
 	if got := l.LocalAddr().Port(); got != wire.UDPPort {
 		t.Errorf("port %d, want %d", got, wire.UDPPort)
 	}
-	rc := l.rc
-	var rbuf, mtu int
-	rc.Control(func(fd uintptr) {
-		rbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
-		mtu, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER)
-	})
+	fd := l.sock.fd
+	rbuf, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	mtu, _ := unix.GetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER)
 	if mtu != unix.IP_PMTUDISC_DO {
 		t.Errorf("IP_MTU_DISCOVER = %d, want IP_PMTUDISC_DO", mtu)
 	}
 	t.Logf("SO_RCVBUF = %d (asked for %d; the kernel doubles it, and without CAP_NET_ADMIN rmem_max caps it)", rbuf, defaultSocketBuffer)
 }
 
-// TestUDPClose checks that Close unblocks a ReadBatch blocked in the
-// netpoller and later calls fail, and that Close can be repeated.
+// TestUDPClose checks that Close unblocks a ReadBatch blocked in
+// ppoll and later calls fail, and that Close can be repeated.
 func TestUDPClose(t *testing.T) {
 	checkNoLeaks(t)
 	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
@@ -257,6 +257,72 @@ func TestUDPClose(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+}
+
+// TestUDPSocketsOutsideNetpoller checks that no epoll set of the process
+// watches a UDP link's sockets (sockfd_linux.go), while a ReadBatch waits
+// on one and after packets went through both the link's own socket and a
+// per-port one. A socket of package net, in the Go netpoller, is the
+// control that the check finds a watched socket.
+func TestUDPSocketsOutsideNetpoller(t *testing.T) {
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	pkts := batch(2, b.LocalAddr())
+	pkts[1].SrcPort = SourcePort(5)
+	if _, err := a.WriteBatch(pkts); err != nil {
+		t.Fatal(err)
+	}
+	readN(t, b, 2)
+	errc := make(chan error, 1)
+	go func() { _, err := a.ReadBatch(readBufs(1)); errc <- err }()
+	time.Sleep(20 * time.Millisecond) // let it wait
+	control, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(freePort(t, "127.0.0.3")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer control.Close()
+	controlFD := -1
+	rc, _ := control.SyscallConn()
+	rc.Control(func(fd uintptr) { controlFD = int(fd) })
+
+	watched := epollWatched(t)
+	if !watched[controlFD] {
+		t.Fatalf("the check is blind: package net's socket (fd %d) is in no epoll set (watched: %v)", controlFD, watched)
+	}
+	a.portsMu.Lock()
+	fds := map[string]int{"a's socket": a.sock.fd, "b's socket": b.sock.fd, "a's port socket": a.ports[SourcePort(5)].sock.fd}
+	a.portsMu.Unlock()
+	for name, fd := range fds {
+		if watched[fd] {
+			t.Errorf("%s (fd %d) is in an epoll set", name, fd)
+		}
+	}
+	a.Close()
+	wantClosed(t, "blocked ReadBatch", waitErr(t, errc))
+}
+
+// epollWatched returns the descriptors that the process's epoll sets
+// watch, from /proc/self/fdinfo ("tfd:" lines).
+func epollWatched(t *testing.T) map[int]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		t.Skip(err)
+	}
+	watched := map[int]bool{}
+	for _, e := range ents {
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue // closed since
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "tfd:" {
+				if fd, err := strconv.Atoi(f[1]); err == nil {
+					watched[fd] = true
+				}
+			}
+		}
+	}
+	return watched
 }
 
 // TestUDPAllocs checks the steady state: writing a batch of 64 (from two
