@@ -26,6 +26,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	noLat := fs.Bool("no-lat", false, "skip the latency test")
 	addrs := fs.String("addrs", "127.0.0.1,127.0.0.2", "the two devices' addresses: server,client")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the goroce tests (not the TCP ones) to this file")
+	traceFile := fs.String("trace", "", "write a Go execution trace of the goroce bandwidth test to this file (go tool trace)")
 	counters := fs.Bool("counters", false, "print the devices' non-zero counters after the bandwidth test")
 	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
 	plot := fs.String("plot", "", "with -sweep or -replot: write an SVG plot of the sweep to this file")
@@ -83,6 +84,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 		defer f.Close()
 		cfg.Profile = f
+	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "goroce bench: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		cfg.Trace = f
 	}
 	cfg.Counters = *counters
 	if _, err := bench.Run(cfg, stdout); err != nil {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ type Config struct {
 	// Profile, if set, receives a CPU profile (pprof) of the goroce
 	// bandwidth test.
 	Profile io.Writer
+	// Trace, if set, receives a Go execution trace (go tool trace) of
+	// the goroce bandwidth test: where goroutines wait for each other.
+	Trace io.Writer
 	// Counters prints the devices' non-zero counters after the bandwidth
 	// test: retransmissions, sequence errors and drops show there.
 	Counters bool
@@ -94,6 +98,11 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 			return nil, err
 		}
 	}
+	if cfg.Trace != nil {
+		if err := trace.Start(cfg.Trace); err != nil {
+			return nil, err
+		}
+	}
 	cpu0 := cpuTime()
 	bwOut, err := pair(bwTest, bwArgs, srv, cli, out)
 	cpuGoroce := cpuTime() - cpu0
@@ -102,6 +111,9 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	}
 	if cfg.Profile != nil {
 		pprof.StopCPUProfile()
+	}
+	if cfg.Trace != nil {
+		trace.Stop()
 	}
 	if err != nil {
 		return nil, err

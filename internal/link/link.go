@@ -6,9 +6,9 @@
 //
 // A link starts no goroutines, except one to release held packets when its
 // FaultConfig delays or reorders them, which Close stops. ReadBatch and
-// WriteBatch block the calling goroutine (UDP links wait in ppoll, outside
-// the Go netpoller, so that a packet nobody waits for wakes no thread: see
-// sockfd_linux.go); Close, from any goroutine, makes every blocked and
+// WriteBatch block the calling goroutine (a UDP link's socket is watched by
+// the Go netpoller only while a ReadBatch waits, so that a packet nobody
+// waits for wakes no thread: see sockfd_linux.go); Close, from any goroutine, makes every blocked and
 // later call return net.ErrClosed. The intended use is one reader
 // goroutine and one or more writer goroutines per link:
 //

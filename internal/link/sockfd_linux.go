@@ -8,65 +8,103 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// A UDP link's sockets are kept out of the Go netpoller.
+// A UDP link's sockets are kept out of the Go netpoller's epoll set.
 //
-// A socket in the netpoller's epoll set costs a thread wake-up per packet
-// whenever the process has an idle thread waiting in epoll_wait, which a
-// Go process nearly always has (any pending timer or network wait puts
-// one there): the kernel wakes it for every datagram that arrives and,
-// through sock_wfree's write-space wake-up, for every one sent, and the
-// sender's system call pays for the wake-up (an inter-processor interrupt,
-// a VM exit on a virtual machine). Measured here, that doubles the
-// latency of two busy-polling UDP endpoints, from ≈ 3.5–4.3 to ≈ 6.5–7 µs
-// one way. A busy poller never needs those wake-ups.
+// A socket in that set costs a thread wake-up per packet whenever the
+// process has an idle thread waiting in epoll_wait, which a Go process
+// nearly always has (any pending timer or network wait puts one there):
+// the kernel wakes it for every datagram that arrives and, through
+// sock_wfree's write-space wake-up, for every one sent, and the sender's
+// system call pays for the wake-up (an inter-processor interrupt, a VM
+// exit on a virtual machine). Measured here, that doubles the latency of
+// two busy-polling UDP endpoints, from ≈ 3.5–4.3 to ≈ 6.5–7 µs one way; a
+// busy poller needs none of those wake-ups.
 //
-// So each socket is a plain non-blocking descriptor that only the link's
-// own waits watch: a read or write that would block waits in ppoll(2), on
-// its own thread, for the socket or for one of the link's eventfds. With
-// nobody waiting (the reader parked while a goroutine busy-polls), a
-// datagram wakes no thread at all. The cost is a thread per blocked wait
-// instead of a parked goroutine, which a link has at most two of (its
-// reader, and a writer waiting for buffer space).
+// So the link has an epoll set of its own, which the Go netpoller watches
+// in the socket's place. The reader's socket is in it, for EPOLLIN only,
+// while the reader waits; when a busy poller takes over (Interrupt) the
+// socket leaves it, and from then on a datagram wakes no thread at all.
+// The set also holds an eventfd that Interrupt writes. A writer that finds
+// the socket buffer full, which loopback hardly ever does, waits in
+// ppoll(2) on its own thread.
 
 // errInterrupted ends a read that Interrupt woke.
 var errInterrupted = errors.New("link: read interrupted")
 
-// sockSet is what a link's sockets share: the eventfds that end their
-// waits, and the lock that keeps a descriptor open while a call uses it.
+// sockSet is what a link's sockets share: the epoll set the reader waits
+// on, the eventfds that end waits, and the lock that keeps a descriptor
+// open while a call uses it.
 type sockSet struct {
 	// ops is held shared by every system call on the sockets, and
 	// exclusively by close, so that no call ever reaches a descriptor
 	// number that close has released (and the process may have reused).
 	ops    sync.RWMutex
 	closed atomic.Bool
-	done   int // eventfd, written once by close: every wait ends
-	intr   int // eventfd, written by interrupt: the reader's wait ends
+	done   int // eventfd, written once by close: every ppoll ends
+
+	ep     *os.File        // the epoll set, in the Go netpoller
+	epfd   int             // ep's descriptor (os.File.Fd would make it blocking)
+	epRC   syscall.RawConn // ep's, to wait on it
+	intr   int             // eventfd in ep, written by interrupt
+	intrOn atomic.Bool     // interrupt was called and no read has returned for it
 }
 
-func newSockSet() (*sockSet, error) {
-	done, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
+func newSockSet() (s *sockSet, err error) {
+	s = &sockSet{done: -1, intr: -1}
+	epfd := -1
+	defer func() {
+		if err != nil {
+			for _, fd := range []int{s.done, s.intr, epfd} {
+				if fd >= 0 {
+					unix.Close(fd)
+				}
+			}
+		}
+	}()
+	if s.done, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, os.NewSyscallError("eventfd", err)
 	}
-	intr, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		unix.Close(done)
+	if s.intr, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, os.NewSyscallError("eventfd", err)
 	}
-	return &sockSet{done: done, intr: intr}, nil
+	if epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if err = unix.SetNonblock(epfd, true); err != nil { // so that os.NewFile puts it in the netpoller
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.intr)}
+	if err = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, s.intr, &ev); err != nil {
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	s.ep, s.epfd = os.NewFile(uintptr(epfd), "goroce-epoll"), epfd
+	epfd = -1 // s.ep owns it
+	if s.epRC, err = s.ep.SyscallConn(); err != nil {
+		s.ep.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // interrupt ends the reader's current or next wait with errInterrupted.
-func (s *sockSet) interrupt() { signal(s.intr) }
+func (s *sockSet) interrupt() {
+	s.intrOn.Store(true)
+	signal(s.intr)
+}
 
-// clearInterrupt consumes an interrupt that no wait has seen.
-func (s *sockSet) clearInterrupt() {
+// takeInterrupt reports whether an interrupt is pending, and consumes it.
+func (s *sockSet) takeInterrupt() bool {
+	if !s.intrOn.Swap(false) {
+		return false
+	}
 	var b [8]byte
 	unix.Read(s.intr, b[:])
+	return true
 }
 
 // close ends every wait, waits for the calls in progress and closes the
@@ -75,9 +113,11 @@ func (s *sockSet) close(fn func()) {
 	if s.closed.Swap(true) {
 		return
 	}
-	signal(s.done)
+	signal(s.done) // writers waiting in ppoll return
+	signal(s.intr) // and so does a reader waiting in the netpoller
 	s.ops.Lock()
 	fn()
+	s.ep.Close()
 	unix.Close(s.done)
 	unix.Close(s.intr)
 	s.ops.Unlock()
@@ -92,20 +132,70 @@ func signal(efd int) {
 // syscall.RawConn's: f is called with the descriptor and returns false to
 // wait until the socket is ready and be called again.
 type sockFD struct {
-	fd  int
-	set *sockSet
+	fd      int
+	set     *sockSet
+	watched bool // fd is in set.ep; only the (one) reader changes it
 }
 
-// Read calls f until it returns true, waiting for the socket to become
-// readable in between. A wait ends early with errInterrupted after
-// interrupt, and with net.ErrClosed after close.
-func (s *sockFD) Read(f func(fd uintptr) bool) error { return s.do(f, unix.POLLIN, s.set.intr) }
+// Read calls f until it returns true, waiting in the link's epoll set for
+// the socket to become readable in between. The wait ends early with
+// errInterrupted after interrupt, which also takes the socket out of the
+// set, and with net.ErrClosed after close. Reads are serialized by the
+// caller.
+func (s *sockFD) Read(f func(fd uintptr) bool) error {
+	set := s.set
+	set.ops.RLock()
+	defer set.ops.RUnlock()
+	if set.closed.Load() {
+		return net.ErrClosed
+	}
+	if f(uintptr(s.fd)) {
+		return nil
+	}
+	if set.takeInterrupt() {
+		return s.unwatch()
+	}
+	if !s.watched {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}
+		if err := unix.EpollCtl(set.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+			return os.NewSyscallError("epoll_ctl", err)
+		}
+		s.watched = true
+	}
+	interrupted := false
+	err := set.epRC.Read(func(uintptr) bool {
+		if set.closed.Load() || set.takeInterrupt() {
+			interrupted = true
+			return true
+		}
+		return f(uintptr(s.fd))
+	})
+	switch {
+	case set.closed.Load():
+		return net.ErrClosed
+	case err != nil:
+		return err
+	case interrupted:
+		return s.unwatch()
+	}
+	return nil
+}
 
-// Write calls f until it returns true, waiting for the socket to become
-// writable in between.
-func (s *sockFD) Write(f func(fd uintptr) bool) error { return s.do(f, unix.POLLOUT, -1) }
+// unwatch takes the socket out of the epoll set, for a busy poller, and
+// returns errInterrupted.
+func (s *sockFD) unwatch() error {
+	if s.watched {
+		s.watched = false
+		if err := unix.EpollCtl(s.set.epfd, unix.EPOLL_CTL_DEL, s.fd, nil); err != nil {
+			return os.NewSyscallError("epoll_ctl", err)
+		}
+	}
+	return errInterrupted
+}
 
-func (s *sockFD) do(f func(fd uintptr) bool, events int16, intr int) error {
+// Write calls f until it returns true, waiting in ppoll for the socket to
+// become writable in between.
+func (s *sockFD) Write(f func(fd uintptr) bool) error {
 	s.set.ops.RLock()
 	defer s.set.ops.RUnlock()
 	for {
@@ -115,19 +205,18 @@ func (s *sockFD) do(f func(fd uintptr) bool, events int16, intr int) error {
 		if f(uintptr(s.fd)) {
 			return nil
 		}
-		if err := s.wait(events, intr); err != nil {
+		if err := s.waitWritable(); err != nil {
 			return err
 		}
 	}
 }
 
-// wait blocks in ppoll until the socket has one of events, the link
-// closes or (intr ≥ 0) an interrupt comes.
-func (s *sockFD) wait(events int16, intr int) error {
-	fds := [3]unix.PollFd{
-		{Fd: int32(s.fd), Events: events},
+// waitWritable blocks in ppoll until the socket can be written or the
+// link closes.
+func (s *sockFD) waitWritable() error {
+	fds := [2]unix.PollFd{
+		{Fd: int32(s.fd), Events: unix.POLLOUT},
 		{Fd: int32(s.set.done), Events: unix.POLLIN},
-		{Fd: int32(intr), Events: unix.POLLIN}, // a negative Fd is ignored
 	}
 	for {
 		_, err := unix.Ppoll(fds[:], nil, nil)
@@ -138,12 +227,8 @@ func (s *sockFD) wait(events int16, intr int) error {
 			return os.NewSyscallError("ppoll", err)
 		}
 	}
-	switch {
-	case fds[1].Revents != 0:
+	if fds[1].Revents != 0 {
 		return net.ErrClosed
-	case fds[2].Revents != 0:
-		s.set.clearInterrupt()
-		return errInterrupted
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -109,8 +108,9 @@ const maxPortSockets = 1024
 // traffic class 0x03, set by a control message to sendmmsg.
 //
 // A UDP link starts no goroutines (except a fault stage's, see FaultConfig).
-// Its sockets stay out of the Go netpoller (sockfd_linux.go): ReadBatch and
-// WriteBatch wait in ppoll, and Close unblocks them.
+// Its sockets stay out of the Go netpoller's epoll set (sockfd_linux.go):
+// ReadBatch waits in the netpoller on an epoll set of the link's own, from
+// which Interrupt takes the socket; Close unblocks every wait.
 type UDP struct {
 	sock  *sockFD
 	set   *sockSet       // the eventfds and close lock of sock and the port sockets
@@ -119,9 +119,8 @@ type UDP struct {
 	scope uint32         // IPv6 scope (interface index) of a link-local address
 	wbuf  int            // SO_SNDBUF, for the per-port sockets too
 
-	readMu      sync.Mutex
-	rd          *mmsg       // guarded by readMu
-	interrupted atomic.Bool // Interrupt was called: a waiting ReadBatch returns
+	readMu sync.Mutex
+	rd     *mmsg // guarded by readMu
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 
@@ -358,8 +357,8 @@ func (u *UDP) readLocked(pkts []Packet, wait, lend bool) (int, error) {
 // Without wait it returns 0 when none has arrived; with wait it returns 0
 // when Interrupt ends the wait.
 func (u *UDP) recv(cnt int, wait bool) (int, error) {
-	if wait && u.interrupted.Swap(false) {
-		u.set.clearInterrupt() // this return is the interrupt's effect
+	if wait && u.set.takeInterrupt() {
+		u.sock.unwatch() // the reader makes way for a busy poller
 		return 0, nil
 	}
 	k, err := u.rd.readFrom(u.sock, cnt, wait)
@@ -367,7 +366,6 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 	case err == nil:
 		return k, nil
 	case errors.Is(err, errInterrupted):
-		u.interrupted.Store(false)
 		return 0, nil
 	case errors.Is(err, net.ErrClosed):
 		return 0, net.ErrClosed
@@ -376,13 +374,11 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 	}
 }
 
-// Interrupt implements Link.Interrupt: the eventfd ends a wait in
-// progress, and the flag makes the next ReadBatch return at once if no
-// wait was in progress.
-func (u *UDP) Interrupt() {
-	u.interrupted.Store(true)
-	u.set.interrupt()
-}
+// Interrupt implements Link.Interrupt: an eventfd in the link's epoll set
+// ends a wait in progress, and a flag makes the next ReadBatch return at
+// once if no wait was in progress. Either way the socket leaves the epoll
+// set until the next ReadBatch that waits.
+func (u *UDP) Interrupt() { u.set.interrupt() }
 
 // datagram checks what the kernel says of received message i of m: not
 // truncated, at least minSize bytes, from the link's address family. It

@@ -232,8 +232,8 @@ func TestUDPDefaults(t *testing.T) {
 	t.Logf("SO_RCVBUF = %d (asked for %d; the kernel doubles it, and without CAP_NET_ADMIN rmem_max caps it)", rbuf, defaultSocketBuffer)
 }
 
-// TestUDPClose checks that Close unblocks a ReadBatch blocked in
-// ppoll and later calls fail, and that Close can be repeated.
+// TestUDPClose checks that Close unblocks a ReadBatch blocked in the
+// netpoller and later calls fail, and that Close can be repeated.
 func TestUDPClose(t *testing.T) {
 	checkNoLeaks(t)
 	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
@@ -259,11 +259,11 @@ func TestUDPClose(t *testing.T) {
 	}
 }
 
-// TestUDPSocketsOutsideNetpoller checks that no epoll set of the process
-// watches a UDP link's sockets (sockfd_linux.go), while a ReadBatch waits
-// on one and after packets went through both the link's own socket and a
-// per-port one. A socket of package net, in the Go netpoller, is the
-// control that the check finds a watched socket.
+// TestUDPSocketsOutsideNetpoller checks which epoll sets watch a UDP
+// link's sockets (sockfd_linux.go): while a ReadBatch waits, the link's
+// own set and no other; once Interrupt has ended the wait, none; a
+// per-port socket, never. A socket of package net, in the Go netpoller,
+// is the control that the check finds a watched socket.
 func TestUDPSocketsOutsideNetpoller(t *testing.T) {
 	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
 	pkts := batch(2, b.LocalAddr())
@@ -272,9 +272,6 @@ func TestUDPSocketsOutsideNetpoller(t *testing.T) {
 		t.Fatal(err)
 	}
 	readN(t, b, 2)
-	errc := make(chan error, 1)
-	go func() { _, err := a.ReadBatch(readBufs(1)); errc <- err }()
-	time.Sleep(20 * time.Millisecond) // let it wait
 	control, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(freePort(t, "127.0.0.3")))
 	if err != nil {
 		t.Fatal(err)
@@ -283,46 +280,62 @@ func TestUDPSocketsOutsideNetpoller(t *testing.T) {
 	controlFD := -1
 	rc, _ := control.SyscallConn()
 	rc.Control(func(fd uintptr) { controlFD = int(fd) })
-
-	watched := epollWatched(t)
-	if !watched[controlFD] {
-		t.Fatalf("the check is blind: package net's socket (fd %d) is in no epoll set (watched: %v)", controlFD, watched)
-	}
 	a.portsMu.Lock()
-	fds := map[string]int{"a's socket": a.sock.fd, "b's socket": b.sock.fd, "a's port socket": a.ports[SourcePort(5)].sock.fd}
+	portFD := a.ports[SourcePort(5)].sock.fd
 	a.portsMu.Unlock()
-	for name, fd := range fds {
-		if watched[fd] {
-			t.Errorf("%s (fd %d) is in an epoll set", name, fd)
-		}
+	own := a.set.epfd
+
+	errc := make(chan error, 1)
+	go func() { _, err := a.ReadBatch(readBufs(1)); errc <- err }()
+	time.Sleep(20 * time.Millisecond) // let it wait
+	sets := epollSets(t)
+	if len(sets[controlFD]) == 0 {
+		t.Fatalf("the check is blind: package net's socket (fd %d) is in no epoll set (%v)", controlFD, sets)
 	}
-	a.Close()
-	wantClosed(t, "blocked ReadBatch", waitErr(t, errc))
+	if got := sets[a.sock.fd]; len(got) != 1 || got[0] != own {
+		t.Errorf("a waiting reader's socket (fd %d) is in epoll sets %v, want only the link's own (%d)", a.sock.fd, got, own)
+	}
+	if got := sets[portFD]; len(got) != 0 {
+		t.Errorf("a per-port socket (fd %d) is in epoll sets %v", portFD, got)
+	}
+
+	a.Interrupt()
+	if err := waitErr(t, errc); err != nil {
+		t.Fatalf("interrupted ReadBatch: %v", err)
+	}
+	if got := epollSets(t)[a.sock.fd]; len(got) != 0 {
+		t.Errorf("after Interrupt the socket (fd %d) is in epoll sets %v, want none", a.sock.fd, got)
+	}
+	if got := epollSets(t)[b.sock.fd]; len(got) != 0 {
+		t.Errorf("a socket that no ReadBatch waited on (fd %d) is in epoll sets %v", b.sock.fd, got)
+	}
 }
 
-// epollWatched returns the descriptors that the process's epoll sets
-// watch, from /proc/self/fdinfo ("tfd:" lines).
-func epollWatched(t *testing.T) map[int]bool {
+// epollSets returns, for each descriptor that an epoll set of the process
+// watches, the descriptors of those sets (from /proc/self/fdinfo, whose
+// "tfd:" lines list an epoll set's targets).
+func epollSets(t *testing.T) map[int][]int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fdinfo")
 	if err != nil {
 		t.Skip(err)
 	}
-	watched := map[int]bool{}
+	sets := map[int][]int{}
 	for _, e := range ents {
 		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
 		if err != nil {
 			continue // closed since
 		}
+		ep, _ := strconv.Atoi(e.Name())
 		for _, line := range strings.Split(string(info), "\n") {
 			if f := strings.Fields(line); len(f) >= 2 && f[0] == "tfd:" {
 				if fd, err := strconv.Atoi(f[1]); err == nil {
-					watched[fd] = true
+					sets[fd] = append(sets[fd], ep)
 				}
 			}
 		}
 	}
-	return watched
+	return sets
 }
 
 // TestUDPAllocs checks the steady state: writing a batch of 64 (from two
