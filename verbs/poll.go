@@ -17,9 +17,11 @@ import (
 // device's socket without waiting and runs the transport on it right
 // there, so the completion appears on the polling goroutine with no
 // wake-up at all. Meanwhile the reader goroutine stays off the socket (it
-// would otherwise be woken for each packet the poller is about to take);
-// it takes the socket back 1 ms after the last Progress call, or at once
-// when BusyPoll gives up or EndPoll is called.
+// would otherwise be woken for each packet the poller is about to take),
+// and the socket is in no epoll set (link.UDP.Interrupt), so no thread of
+// the process is woken either; the reader takes the socket back 1 ms after
+// the last Progress call, or at once when BusyPoll gives up or EndPoll is
+// called.
 //
 // The cost is a CPU kept busy for as long as the goroutine polls. On a
 // host with fewer cores than spinning goroutines, spinning starves
