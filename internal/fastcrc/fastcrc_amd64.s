@@ -1,0 +1,249 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// CRC-32 of IEEE 802.3 by carry-less multiplication, after the folding idea
+// of Intel's white paper "Fast CRC Computation for Generic Polynomials Using
+// PCLMULQDQ Instruction" (Gopal et al., 2009), with four 512-bit accumulators.
+//
+// Notation. P(x) = x^32 + 0x04C11DB7 (in normal bit order) is the generator.
+// The message is a polynomial M(x) whose first bit (bit 0 of the first byte,
+// the CRC is "reflected") is its highest coefficient; the CRC register holds
+// M(x)·x^32 mod P(x), the initial register value being xored into the first 32
+// bits of the message. A 16-byte lane loaded from memory is then, read as a
+// little-endian 128-bit integer L, the polynomial A(x) = Σ L[i]·x^(127-i) of
+// its 128 bits, counted so that its last bit has degree 0: bit i of L holds
+// the coefficient of x^(127-i). We write L = rev128(A). The low qword of the
+// lane holds the high half H of A, the high qword the low half G:
+// A = H·x^64 + G, low qword = rev64(H), high qword = rev64(G).
+//
+// Carry-less multiplication of two reflected qwords yields a reflected
+// product shifted by one bit: clmul(rev64(H), rev64(Q)) = rev128(H·Q·x).
+//
+// Folding. Lane A lies D bits before lane B (the end of A is D bits before the
+// end of B) in the message. Modulo P, A contributes A·x^D to B's position, so
+// B can be replaced by
+//	B + H·(x^(D+64) mod P) + G·(x^D mod P)
+// which again fits in 128 bits. Each constant K(x) = x^n mod P has degree < 32
+// and is stored as the 33-bit value rev32(K)<<1 = rev64(K·x^31); then
+//	clmul(rev64(H), rev64(K·x^31)) = rev128(H·K·x^32)
+// so the constant for H is x^(D+64-32) mod P and the one for G is
+// x^(D-32) mod P. A fold constant pair "kD" is the 128-bit value whose low
+// qword is rev32(x^(D+32) mod P)<<1 (multiplied with the low qword, H, of a
+// lane by VPCLMULQDQ $0x00) and whose high qword is rev32(x^(D-32) mod P)<<1
+// (multiplied with the high qword, G, by VPCLMULQDQ $0x11). In a 512-bit
+// register the pair is repeated in all four lanes. Our k512 and k128 equal
+// the r2r1 and r4r3 of hash/crc32 (which come from the Linux kernel).
+//
+// The main loop keeps four 512-bit accumulators Z0..Z3 for 256 consecutive
+// bytes: lane j of Zi covers bytes 64i+16j .. 64i+16j+15 of the last 256
+// bytes. Each iteration folds every accumulator over the next 256 bytes,
+// D = 2048 bits, with constants x^2080 and x^2016 mod P. The four
+// multiply-xor chains are independent, so their latencies overlap (hash/crc32
+// folds with one 512-bit register, 64 bytes per multiply latency). After the
+// loop Z0, Z1 and Z2 are folded onto Z3 (D = 1536, 1024, 512), fewer than 256
+// bytes remain: whole 64-byte blocks are folded into Z3 (D = 512; inputs of
+// 64 to 255 bytes start here), its four lanes onto the last one (D = 384,
+// 256, 128), the remaining 16-byte blocks into that lane (D = 128), and the
+// 128 bits are reduced to the 32-bit remainder as hash/crc32 does.
+//
+// fastcrc_test.go recomputes every constant below in pure Go (TestConstants)
+// and checks a pure-Go model of this algorithm against hash/crc32.
+
+// Fold constant pairs, one 128-bit pair each, broadcast to the four lanes.
+DATA k2048<>+0(SB)/8, $0x11542778a // rev32(x^2080 mod P)<<1
+DATA k2048<>+8(SB)/8, $0x1322d1430 // rev32(x^2016 mod P)<<1
+GLOBL k2048<>(SB), RODATA, $16
+
+DATA k1536<>+0(SB)/8, $0x1821d8bc0 // rev32(x^1568 mod P)<<1
+DATA k1536<>+8(SB)/8, $0x12e958ac4 // rev32(x^1504 mod P)<<1
+GLOBL k1536<>(SB), RODATA, $16
+
+DATA k1024<>+0(SB)/8, $0x1e88ef372 // rev32(x^1056 mod P)<<1
+DATA k1024<>+8(SB)/8, $0x14a7fe880 // rev32(x^992 mod P)<<1
+GLOBL k1024<>(SB), RODATA, $16
+
+DATA k512<>+0(SB)/8, $0x154442bd4 // rev32(x^544 mod P)<<1
+DATA k512<>+8(SB)/8, $0x1c6e41596 // rev32(x^480 mod P)<<1
+GLOBL k512<>(SB), RODATA, $16
+
+// klanes folds lanes 0, 1 and 2 of a 512-bit register onto lane 3, that is
+// over 384, 256 and 128 bits; lane 3 is multiplied by zero.
+DATA klanes<>+0(SB)/8, $0x03db1ecdc  // rev32(x^416 mod P)<<1
+DATA klanes<>+8(SB)/8, $0x174359406  // rev32(x^352 mod P)<<1
+DATA klanes<>+16(SB)/8, $0x0f1da05aa // rev32(x^288 mod P)<<1
+DATA klanes<>+24(SB)/8, $0x15a546366 // rev32(x^224 mod P)<<1
+DATA klanes<>+32(SB)/8, $0x1751997d0 // rev32(x^160 mod P)<<1
+DATA klanes<>+40(SB)/8, $0x0ccaa009e // rev32(x^96 mod P)<<1
+DATA klanes<>+48(SB)/8, $0
+DATA klanes<>+56(SB)/8, $0
+GLOBL klanes<>(SB), RODATA, $64
+
+// k128 folds one 128-bit lane onto the next; its high qword also serves the
+// final 128 -> 96 bit step.
+DATA k128<>+0(SB)/8, $0x1751997d0 // rev32(x^160 mod P)<<1
+DATA k128<>+8(SB)/8, $0x0ccaa009e // rev32(x^96 mod P)<<1
+GLOBL k128<>(SB), RODATA, $16
+
+// k64 serves the 96 -> 64 bit step.
+DATA k64<>+0(SB)/8, $0x163cd6124 // rev32(x^64 mod P)<<1
+DATA k64<>+8(SB)/8, $0
+GLOBL k64<>(SB), RODATA, $16
+
+// Barrett reduction of 64 bits to the 32-bit remainder: the generator and
+// mu = floor(x^64 / P), both of degree 32, as rev33 (33-bit reversal).
+DATA kbarrett<>+0(SB)/8, $0x1db710641 // rev33(P), P = 0x104c11db7
+DATA kbarrett<>+8(SB)/8, $0x1f7011641 // rev33(mu), mu = 0x104d101df
+GLOBL kbarrett<>(SB), RODATA, $16
+
+DATA mask32<>+0(SB)/8, $0xffffffff
+DATA mask32<>+8(SB)/8, $0
+GLOBL mask32<>(SB), RODATA, $16
+
+// func ieeeAVX512(crc uint32, p []byte) uint32
+//
+// crc and the result are the CRC register (the inverted CRC-32). len(p) must
+// be at least 64 and a multiple of 16.
+TEXT ·ieeeAVX512(SB), NOSPLIT, $0-36
+	MOVL crc+0(FP), AX
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), CX
+
+	// The initial register value is xored into the first 32 bits of the
+	// message.
+	VMOVD AX, X4 // zeroes the rest of Z4
+	CMPQ  CX, $256
+	JB    short
+
+	// Load the first 256 bytes into the accumulators.
+	VPXORQ    (SI), Z4, Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+	CMPQ      CX, $256
+	JB        reduce4
+
+	VBROADCASTI32X4 k2048<>(SB), Z4
+
+	PCALIGN $32
+loop256:
+	// Zi = Zi.H·x^2080 + Zi.G·x^2016 + next 64 bytes, for each i.
+	VPCLMULQDQ $0x00, Z4, Z0, Z5
+	VPCLMULQDQ $0x00, Z4, Z1, Z6
+	VPCLMULQDQ $0x00, Z4, Z2, Z7
+	VPCLMULQDQ $0x00, Z4, Z3, Z8
+	VPCLMULQDQ $0x11, Z4, Z0, Z0
+	VPCLMULQDQ $0x11, Z4, Z1, Z1
+	VPCLMULQDQ $0x11, Z4, Z2, Z2
+	VPCLMULQDQ $0x11, Z4, Z3, Z3
+	VPTERNLOGD $0x96, (SI), Z5, Z0        // three-way xor
+	VPTERNLOGD $0x96, 64(SI), Z6, Z1
+	VPTERNLOGD $0x96, 128(SI), Z7, Z2
+	VPTERNLOGD $0x96, 192(SI), Z8, Z3
+	ADDQ       $256, SI
+	SUBQ       $256, CX
+	CMPQ       CX, $256
+	JAE        loop256
+
+reduce4:
+	// Fold Z0, Z1 and Z2 onto Z3 (1536, 1024 and 512 bits further on).
+	VBROADCASTI32X4 k1536<>(SB), Z4
+	VBROADCASTI32X4 k1024<>(SB), Z9
+	VBROADCASTI32X4 k512<>(SB), Z10
+	VPCLMULQDQ      $0x00, Z4, Z0, Z5
+	VPCLMULQDQ      $0x11, Z4, Z0, Z0
+	VPCLMULQDQ      $0x00, Z9, Z1, Z6
+	VPCLMULQDQ      $0x11, Z9, Z1, Z1
+	VPCLMULQDQ      $0x00, Z10, Z2, Z7
+	VPCLMULQDQ      $0x11, Z10, Z2, Z2
+	VPTERNLOGD      $0x96, Z5, Z0, Z6     // Z6 = Z5 ^ Z0 ^ Z6
+	VPTERNLOGD      $0x96, Z7, Z2, Z1     // Z1 = Z7 ^ Z2 ^ Z1
+	VPTERNLOGD      $0x96, Z6, Z1, Z3     // Z3 ^= Z6 ^ Z1
+
+	// Fewer than 256 bytes are left: fold 64 bytes at a time into Z3.
+tail64:
+	CMPQ CX, $64
+	JB   reduce1
+
+loop64:
+	VPCLMULQDQ $0x00, Z10, Z3, Z5
+	VPCLMULQDQ $0x11, Z10, Z3, Z3
+	VPTERNLOGD $0x96, (SI), Z5, Z3
+	ADDQ       $64, SI
+	SUBQ       $64, CX
+	CMPQ       CX, $64
+	JAE        loop64
+
+	JMP reduce1
+
+short:
+	// 64 <= len(p) < 256: start with the first 64 bytes in Z3 alone.
+	VPXORQ          (SI), Z4, Z3
+	ADDQ            $64, SI
+	SUBQ            $64, CX
+	VBROADCASTI32X4 k512<>(SB), Z10
+	JMP             tail64
+
+reduce1:
+	// Fold lanes 0, 1 and 2 of Z3 onto lane 3, giving X3.
+	VMOVDQU64      klanes<>(SB), Z4
+	VPCLMULQDQ     $0x00, Z4, Z3, Z5
+	VPCLMULQDQ     $0x11, Z4, Z3, Z6
+	VEXTRACTI32X4  $3, Z3, X3
+	VPXORQ         Z5, Z6, Z5             // lane 3 of Z5 is zero
+	VEXTRACTI64X4  $1, Z5, Y6
+	VPXORQ         Y6, Y5, Y5
+	VEXTRACTI32X4  $1, Y5, X6
+	VPTERNLOGD     $0x96, X6, X5, X3
+
+	// Fewer than 64 bytes are left: fold 16 bytes at a time into X3.
+	VMOVDQU k128<>(SB), X4
+	CMPQ    CX, $16
+	JB      finish
+
+loop16:
+	VPCLMULQDQ $0x00, X4, X3, X5
+	VPCLMULQDQ $0x11, X4, X3, X3
+	VPTERNLOGD $0x96, (SI), X5, X3
+	ADDQ       $16, SI
+	SUBQ       $16, CX
+	CMPQ       CX, $16
+	JAE        loop16
+
+finish:
+	// X3 = rev128(A), A = H·x^64 + G, the last 128 bits of the message, all
+	// earlier bits folded into it: the CRC register is A·x^32 mod P.
+	//
+	// 128 -> 96 bits: X3 = rev128(H·(x^96 mod P)·x^32 + G·x^64), which is
+	// ≡ A·x^64 and divisible by x^32: it is T·x^32 with T ≡ A·x^32, of
+	// degree < 96, in bits 0..95.
+	VPCLMULQDQ $0x10, X4, X3, X5          // X3.lo · k128.hi (x^96)
+	VPSRLDQ    $8, X3, X3
+	VPXOR      X5, X3, X3
+
+	// 96 -> 64 bits: T = U·x^64 + V, U the 32 bits in bits 0..31. Then
+	// X3 = rev128((U·(x^64 mod P) + V)·x^64) and W = U·(x^64 mod P) + V,
+	// ≡ T, of degree < 64, is in bits 0..63.
+	VMOVDQU    mask32<>(SB), X7
+	VPSRLDQ    $4, X3, X6                 // rev128(V·x^64)
+	VPAND      X7, X3, X5                 // U
+	VPCLMULQDQ $0x00, k64<>(SB), X5, X5
+	VPXOR      X6, X5, X3
+
+	// Barrett reduction, 64 -> 32 bits: W = Wh·x^32 + Wl, Wh in bits 0..31.
+	// q = floor(Wh·mu / x^32) is the quotient of W by P, and
+	// W mod P = W + q·P, whose top 32 bits cancel; the remainder ends up in
+	// bits 32..63.
+	VMOVDQU    kbarrett<>(SB), X4
+	VPAND      X7, X3, X5                 // Wh
+	VPCLMULQDQ $0x10, X4, X5, X5          // Wh · mu
+	VPAND      X7, X5, X5                 // q
+	VPCLMULQDQ $0x00, X4, X5, X5          // q · P
+	VPXOR      X5, X3, X3
+	VPEXTRD    $1, X3, AX
+
+	VZEROUPPER
+	MOVL AX, ret+32(FP)
+	RET
