@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -40,6 +41,15 @@ type Config struct {
 	// computed, so corrupted packets are caught by the receiver's ICRC
 	// check. Empty means none.
 	Fault string
+	// SameHost moves this device's packets to other goroce devices of the
+	// same user, in the same network namespace, through shared memory
+	// instead of UDP sockets: the same RoCEv2 packets, ICRC included,
+	// without the kernel's copies and system calls (docs/SAMEHOST.md).
+	// Traffic to every other peer still goes over UDP. Both devices need
+	// it. The environment variable GOROCE_SAMEHOST=1 turns it on for
+	// programs that do not set it themselves, such as the perftest tools.
+	// It cannot be combined with Fault.
+	SameHost bool
 	// Link, when set, replaces the UDP socket: tests use in-memory links.
 	// It is an internal type; programs outside goroce leave it nil.
 	Link link.Link
@@ -255,7 +265,8 @@ func Open(cfg Config) (*Device, error) {
 		return nil, errors.New("verbs: Config.Fault applies to the UDP socket; with Config.Link, build the fault into the link")
 	}
 	if d.link == nil {
-		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local, Fault: fault})
+		sameHost := cfg.SameHost || os.Getenv("GOROCE_SAMEHOST") == "1"
+		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local, Fault: fault, SameHost: sameHost})
 		if err != nil {
 			if d.published != nil {
 				d.published.Close()
@@ -350,6 +361,8 @@ func (d *Device) updateLinkCounters() {
 	ls := d.link.Stats()
 	d.stats.Set(stats.ICRCErrors, ls.ICRCErrors)
 	d.stats.Set(stats.SocketDrops, ls.SocketDrops)
+	d.stats.Set(stats.SameHostPkts, ls.SameHostSent)
+	d.stats.Set(stats.SameHostDrops, ls.SameHostDrops)
 	f := ls.Fault
 	d.stats.Set(stats.FaultDropped, f.Dropped+f.Overflow+f.Discarded)
 	d.stats.Set(stats.FaultDuplicated, f.Duplicated)

@@ -136,11 +136,20 @@ func connectTimeout(e *endpoint, p peerInfo, psn uint32, timeout, retry uint8) e
 }
 
 // TestTwoProcesses runs every operation against a device in another
-// process on the same host, over UDP on two loopback addresses.
+// process on the same host, over UDP on two loopback addresses, and again
+// with both devices on the same-host path (Config.SameHost, which the peer
+// gets from GOROCE_SAMEHOST), where no packet may take the socket.
 func TestTwoProcesses(t *testing.T) {
-	peerAddr, ourAddr := "127.0.4.1", "127.0.4.2"
+	t.Run("udp", func(t *testing.T) { twoProcesses(t, "127.0.4.1", "127.0.4.2", false) })
+	t.Run("samehost", func(t *testing.T) { twoProcesses(t, "127.0.5.1", "127.0.5.2", true) })
+}
+
+func twoProcesses(t *testing.T, peerAddr, ourAddr string, sameHost bool) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "GOROCE_TEST_PEER="+peerAddr)
+	cmd.Env = append(os.Environ(), "GOROCE_TEST_PEER="+peerAddr, "GOROCE_SAMEHOST=0")
+	if sameHost {
+		cmd.Env = append(cmd.Env, "GOROCE_SAMEHOST=1")
+	}
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -165,9 +174,18 @@ func TestTwoProcesses(t *testing.T) {
 	if err := json.NewDecoder(stdout).Decode(&peer); err != nil {
 		t.Fatalf("peer details: %v", err)
 	}
-	dev, err := Open(Config{Addr: netip.MustParseAddr(ourAddr)})
+	dev, err := Open(Config{Addr: netip.MustParseAddr(ourAddr), SameHost: sameHost})
 	must(t, err)
 	defer dev.Close()
+	defer func() {
+		c := dev.Counters()
+		switch {
+		case sameHost && (c["samehost_pkts"] != c["sent_pkts"] || c["sent_pkts"] == 0):
+			t.Errorf("same-host: %d of %d packets sent through shared memory", c["samehost_pkts"], c["sent_pkts"])
+		case !sameHost && c["samehost_pkts"] != 0:
+			t.Errorf("UDP: %d packets sent through shared memory", c["samehost_pkts"])
+		}
+	}()
 	e := newEndpoint(t, dev, 8<<20)
 	json.NewEncoder(stdin).Encode(peerInfo{ourAddr, e.qp.QPN(), e.mr.Addr(), e.mr.RKey()})
 	must(t, connectTo(e, peer, 0))

@@ -116,6 +116,11 @@ type Stats struct {
 	// (see UDP).
 	PortFallbacks uint64
 
+	// SameHostSent counts packets sent through the same-host path
+	// (UDPConfig.SameHost), included in SentPackets; SameHostDrops those
+	// of them dropped because the peer's ring was full.
+	SameHostSent, SameHostDrops uint64
+
 	// Fault counts what the link's fault stage did to the packets it
 	// sent; zero without one. SentPackets and SentBytes count what
 	// WriteBatch accepted, before the stage.
@@ -195,6 +200,8 @@ type counters struct {
 	icrcErrors, malformed  atomic.Uint64
 	oversized, sendErrors  atomic.Uint64
 	portFallbacks          atomic.Uint64
+	sameHostSent           atomic.Uint64
+	sameHostDrops          atomic.Uint64
 	socketDrops            atomic.Uint64 // the highest drop count a datagram reported
 }
 
@@ -210,6 +217,8 @@ func (c *counters) snapshot() Stats {
 		SendErrors:    c.sendErrors.Load(),
 		PortFallbacks: c.portFallbacks.Load(),
 		SocketDrops:   c.socketDrops.Load(),
+		SameHostSent:  c.sameHostSent.Load(),
+		SameHostDrops: c.sameHostDrops.Load(),
 	}
 }
 

@@ -33,8 +33,12 @@ import (
 // the socket buffer full, which loopback hardly ever does, waits in
 // ppoll(2) on its own thread.
 
-// errInterrupted ends a read that Interrupt woke.
-var errInterrupted = errors.New("link: read interrupted")
+// errInterrupted ends a read that Interrupt woke; errWoken one that the
+// same-host path woke (sockSet.wake).
+var (
+	errInterrupted = errors.New("link: read interrupted")
+	errWoken       = errors.New("link: same-host packets to read")
+)
 
 // sockSet is what a link's sockets share: the epoll set the reader waits
 // on, the eventfds that end waits, and the lock that keeps a descriptor
@@ -52,6 +56,11 @@ type sockSet struct {
 	epRC   syscall.RawConn // ep's, to wait on it
 	intr   int             // eventfd in ep, written by interrupt
 	intrOn atomic.Bool     // interrupt was called and no read has returned for it
+
+	// wake, if set, is asked whenever the reader's wait is woken by
+	// something other than its socket (a same-host doorbell in ep):
+	// true ends the wait with errWoken. It runs on the reader's goroutine.
+	wake func() bool
 }
 
 func newSockSet() (s *sockSet, err error) {
@@ -107,14 +116,18 @@ func (s *sockSet) takeInterrupt() bool {
 	return true
 }
 
-// close ends every wait, waits for the calls in progress and closes the
+// close ends every wait, runs quiesce (if not nil) once the waits have
+// been told to end, waits for the calls in progress and closes the
 // descriptors. Sockets are closed by the caller's fn, under the lock.
-func (s *sockSet) close(fn func()) {
+func (s *sockSet) close(quiesce, fn func()) {
 	if s.closed.Swap(true) {
 		return
 	}
 	signal(s.done) // writers waiting in ppoll return
 	signal(s.intr) // and so does a reader waiting in the netpoller
+	if quiesce != nil {
+		quiesce()
+	}
 	s.ops.Lock()
 	fn()
 	s.ep.Close()
@@ -162,10 +175,14 @@ func (s *sockFD) Read(f func(fd uintptr) bool) error {
 		}
 		s.watched = true
 	}
-	interrupted := false
+	interrupted, woken := false, false
 	err := set.epRC.Read(func(uintptr) bool {
 		if set.closed.Load() || set.takeInterrupt() {
 			interrupted = true
+			return true
+		}
+		if set.wake != nil && set.wake() {
+			woken = true
 			return true
 		}
 		return f(uintptr(s.fd))
@@ -177,6 +194,8 @@ func (s *sockFD) Read(f func(fd uintptr) bool) error {
 		return err
 	case interrupted:
 		return s.unwatch()
+	case woken:
+		return errWoken
 	}
 	return nil
 }

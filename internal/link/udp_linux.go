@@ -51,6 +51,13 @@ type UDPConfig struct {
 	// CE-mark the packets it sends, after filling their ICRC; the zero
 	// value does nothing. See FaultConfig.
 	Fault FaultConfig
+
+	// SameHost moves packets to peer links of the same user in the same
+	// network namespace through shared memory instead of the socket
+	// (samehost_linux.go); traffic to every other peer still goes over
+	// UDP. It starts a goroutine that listens for such peers. It cannot
+	// be combined with Fault, which simulates a network.
+	SameHost bool
 }
 
 const defaultSocketBuffer = 4 << 20
@@ -123,6 +130,7 @@ type UDP struct {
 	rd     *mmsg // guarded by readMu
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
+	sh  *sameHost  // nil: no same-host path (UDPConfig.SameHost)
 
 	writeMu sync.Mutex
 	wr      *mmsg       // guarded by writeMu
@@ -147,6 +155,9 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	a := cfg.Addr
 	if err := cfg.Fault.Validate(); err != nil {
 		return nil, fmt.Errorf("link: listen %v: %w", a, err)
+	}
+	if cfg.SameHost && cfg.Fault.active() {
+		return nil, fmt.Errorf("link: listen %v: SameHost and Fault exclude each other (faults simulate a network)", a)
 	}
 	ip := a.Addr().Unmap()
 	if !ip.IsValid() || ip.IsUnspecified() {
@@ -192,7 +203,7 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	// receive their unicast packets).
 	sock, la, err := openSocket(a, scope, opts, set)
 	if err != nil {
-		set.close(func() {})
+		set.close(nil, func() {})
 		return nil, fmt.Errorf("link: listen %v: %w", a, err)
 	}
 	if opts.group {
@@ -204,7 +215,7 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 			err = joinGroup(sock.fd, ip, cfg.Interface.Unmap(), ifIndex)
 		}
 		if err != nil {
-			set.close(func() { unix.Close(sock.fd) })
+			set.close(nil, func() { unix.Close(sock.fd) })
 			return nil, fmt.Errorf("link: join %v: %w", a, err)
 		}
 	}
@@ -223,6 +234,13 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	}
 	if gro {
 		u.gro = new(groReader)
+	}
+	if cfg.SameHost && !opts.group {
+		if u.sh, err = startSameHost(u); err != nil {
+			u.Close()
+			return nil, fmt.Errorf("link: listen %v: same-host path: %w", a, err)
+		}
+		u.set.wake = u.sh.ready
 	}
 	u.fault.startRelease(u.flushHeld)
 	return u, nil
@@ -253,7 +271,20 @@ func (u *UDP) Close() error {
 	u.ports = nil
 	u.portsMu.Unlock()
 	var err error
-	u.set.close(func() {
+	var quiesce func()
+	if u.sh != nil {
+		// The rings go once no read or write can touch them: the reader
+		// and the writers leave their waits when the set closes, and
+		// find it closed from then on.
+		quiesce = func() {
+			u.readMu.Lock()
+			u.writeMu.Lock()
+			u.sh.close()
+			u.writeMu.Unlock()
+			u.readMu.Unlock()
+		}
+	}
+	u.set.close(quiesce, func() {
 		for _, ps := range ports {
 			if ps != nil {
 				unix.Close(ps.sock.fd)
@@ -279,7 +310,7 @@ func (u *UDP) PollBatch(pkts []Packet) (int, error) { return u.read(pkts, false)
 func (u *UDP) read(pkts []Packet, wait bool) (int, error) {
 	n, err := u.readHeld(pkts, wait, false)
 	if n > 0 {
-		u.readMu.Unlock()
+		u.ReturnLent() // nothing was lent, but same-host slots were taken
 	}
 	return n, err
 }
@@ -289,7 +320,12 @@ func (u *UDP) read(pkts []Packet, wait bool) (int, error) {
 func (u *UDP) ReadLent(pkts []Packet, wait bool) (int, error) { return u.readHeld(pkts, wait, true) }
 
 // ReturnLent implements Lender.ReturnLent.
-func (u *UDP) ReturnLent() { u.readMu.Unlock() }
+func (u *UDP) ReturnLent() {
+	if u.sh != nil {
+		u.sh.release()
+	}
+	u.readMu.Unlock()
+}
 
 // readHeld reads a batch under readMu (lending GRO packets with lend) and
 // returns with readMu still held when it returns packets; without wait it
@@ -318,8 +354,50 @@ func (u *UDP) lockRead(wait bool) bool {
 	return true
 }
 
-// readLocked is read with u.readMu held; with lend, GRO packets are lent.
+// readLocked is read with u.readMu held; with lend, GRO packets and
+// same-host slots are lent. With the same-host path, the rings and the
+// socket take turns when both have packets.
 func (u *UDP) readLocked(pkts []Packet, wait, lend bool) (int, error) {
+	s := u.sh
+	if s == nil {
+		return u.readSocket(pkts, wait, lend)
+	}
+	for {
+		polled := false
+		if s.ringsUp {
+			s.ringsUp, polled = false, true
+			if n, err := u.readSocket(pkts, false, lend); n > 0 || err != nil {
+				return n, err
+			}
+		}
+		if n := s.read(pkts, lend); n > 0 {
+			s.ringsUp = true
+			return n, nil
+		}
+		if !wait {
+			if polled {
+				return 0, nil
+			}
+			return u.readSocket(pkts, false, lend)
+		}
+		// A producer rings the doorbell only for a consumer that said it
+		// would wait, and said so before its last look at the ring.
+		s.setWaiting(true)
+		if s.ready() {
+			s.setWaiting(false)
+			continue
+		}
+		n, err := u.readSocket(pkts, true, lend)
+		s.setWaiting(false)
+		if err == errWoken {
+			continue
+		}
+		return n, err
+	}
+}
+
+// readSocket reads from the socket; u.readMu is held.
+func (u *UDP) readSocket(pkts []Packet, wait, lend bool) (int, error) {
 	if u.gro != nil {
 		return u.readGRO(pkts, wait, lend)
 	}
@@ -367,8 +445,8 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 		return k, nil
 	case errors.Is(err, errInterrupted):
 		return 0, nil
-	case errors.Is(err, net.ErrClosed):
-		return 0, net.ErrClosed
+	case errors.Is(err, errWoken), errors.Is(err, net.ErrClosed):
+		return 0, err
 	default:
 		return 0, fmt.Errorf("link: read %v: %w", u.laddr, err)
 	}
@@ -428,9 +506,78 @@ func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
 func (u *UDP) WriteBatch(pkts []Packet) (int, error) {
 	u.writeMu.Lock()
 	defer u.writeMu.Unlock()
-	if u.fault != nil {
+	switch {
+	case u.fault != nil:
 		return u.writeFault(pkts)
+	case u.sh != nil:
+		return u.writeSameHost(pkts)
 	}
+	return u.writeSocket(pkts)
+}
+
+// writeSameHost is WriteBatch with the same-host path: runs of packets to a
+// peer with a channel go into its ring, the others to the socket.
+func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
+	if u.set.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	s, done := u.sh, 0
+	for done < len(pkts) {
+		o := s.channel(plain(pkts[done].Peer))
+		end := done + 1
+		for end < len(pkts) && (o == nil) == (s.channel(plain(pkts[end].Peer)) == nil) &&
+			(o == nil || plain(pkts[end].Peer) == o.peer) {
+			end++
+		}
+		if o == nil {
+			k, err := u.writeSocket(pkts[done:end])
+			done += k
+			if err != nil {
+				return done, err
+			}
+			continue
+		}
+		if !o.alive(false) {
+			o.drop()
+			continue // the same packets, over UDP
+		}
+		var err error
+		var bytes uint64
+		for i := done; i < end; i++ {
+			p := &pkts[i]
+			if err = u.check(p, u.laddr); err != nil {
+				end = i
+				break
+			}
+			sport := p.SrcPort
+			if sport == 0 {
+				sport = u.laddr.Port()
+			}
+			f := sendFields(netip.AddrPortFrom(u.laddr.Addr(), sport), o.peer)
+			putICRC(p.Buf, &f)
+			bytes += uint64(len(p.Buf))
+		}
+		n := o.send(pkts[done:end], u.laddr.Port())
+		if lost := end - done - n; lost > 0 {
+			// A full ring drops, as a full socket buffer would; the
+			// transport resends.
+			u.stats.sameHostDrops.Add(uint64(lost))
+			if !o.alive(true) {
+				o.drop()
+			}
+		}
+		u.stats.sameHostSent.Add(uint64(n))
+		u.stats.addTx(uint64(end-done), bytes, err)
+		done = end
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// writeSocket is WriteBatch over the socket; u.writeMu is held.
+func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 	sent, bytes := 0, uint64(0)
 	var err error
 	for sent < len(pkts) && err == nil {

@@ -13,6 +13,7 @@ type UDPConfig struct {
 	ReadBuffer, WriteBuffer int
 	Interface               netip.Addr
 	Fault                   FaultConfig
+	NoGSO, SameHost         bool
 }
 
 // UDP is a Link over a UDP socket. It exists only on Linux, which has the

@@ -1,0 +1,281 @@
+//go:build linux
+
+package link
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// sameHostPair opens two links with the same-host path on free ports of
+// 127.0.0.1 and 127.0.0.2.
+func sameHostPair(t *testing.T) (*UDP, *UDP) {
+	t.Helper()
+	return udpPairConfig(t, "127.0.0.1", "127.0.0.2", UDPConfig{SameHost: true})
+}
+
+// TestSameHost: packets between two same-host links go through the ring,
+// both ways, arrive whole with the source address and port (a per-QP port
+// included) that UDP would have shown and a correct ICRC, and the reader
+// that waits for them is woken by the doorbell.
+func TestSameHost(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := sameHostPair(t)
+	for _, dir := range []struct {
+		name     string
+		from, to *UDP
+	}{{"a→b", a, b}, {"b→a", b, a}} {
+		t.Run(dir.name, func(t *testing.T) {
+			before := dir.from.Stats().SameHostSent
+			sent := batch(12, dir.to.LocalAddr())
+			if n, err := dir.from.WriteBatch(sent); n != len(sent) || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			checkReceived(t, readN(t, dir.to, len(sent)), sent, dir.from.LocalAddr(), dir.to.LocalAddr())
+			if got := dir.from.Stats().SameHostSent - before; got != uint64(len(sent)) {
+				t.Errorf("SameHostSent grew by %d, want %d", got, len(sent))
+			}
+
+			// A packet from a per-QP source port shows that port.
+			p := batch(1, dir.to.LocalAddr())
+			p[0].SrcPort = SourcePort(9)
+			dir.from.WriteBatch(p)
+			got := readN(t, dir.to, 1)
+			checkReceived(t, got, p, netip.AddrPortFrom(dir.from.LocalAddr().Addr(), SourcePort(9)), dir.to.LocalAddr())
+
+			// A reader already waiting is woken.
+			errc := make(chan error, 1)
+			go func() {
+				bufs := readBufs(4)
+				n, err := dir.to.ReadBatch(bufs)
+				if err == nil && n != 1 {
+					err = errors.New("ReadBatch returned " + strconv.Itoa(n) + " packets, want 1")
+				}
+				errc <- err
+			}()
+			time.Sleep(20 * time.Millisecond)
+			dir.from.WriteBatch(batch(1, dir.to.LocalAddr()))
+			if err := waitErr(t, errc); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if s := a.Stats(); s.SameHostDrops != 0 || s.ICRCErrors != 0 || s.Malformed != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestSameHostLent: ReadLent lends ring slots, and they go back to the
+// producer only with ReturnLent; PollBatch reads the rings without waiting.
+func TestSameHostLent(t *testing.T) {
+	a, b := sameHostPair(t)
+	sent := batch(6, b.LocalAddr())
+	a.WriteBatch(sent)
+	bufs := readBufs(MaxBatch)
+	n, err := b.ReadLent(bufs, true)
+	if n != len(sent) || err != nil {
+		t.Fatalf("ReadLent = %d, %v", n, err)
+	}
+	for i := range n {
+		if bufs[i].Lent == nil || string(bufs[i].Lent) != string(sent[i].Buf) {
+			t.Fatalf("packet %d: not lent, or lent with other contents", i)
+		}
+	}
+	ring := a.sh.out[b.LocalAddr()].ring
+	if head := ring.u64(shmOffHead).Load(); head != 0 {
+		t.Errorf("consumer index %d while the slots are lent, want 0", head)
+	}
+	b.ReturnLent()
+	if head := ring.u64(shmOffHead).Load(); head != uint64(len(sent)) {
+		t.Errorf("consumer index %d after ReturnLent, want %d", head, len(sent))
+	}
+	if n, err := b.PollBatch(bufs); n != 0 || err != nil {
+		t.Fatalf("PollBatch on empty rings = %d, %v", n, err)
+	}
+	a.WriteBatch(batch(2, b.LocalAddr()))
+	if n, err := b.PollBatch(bufs); n != 2 || err != nil {
+		t.Fatalf("PollBatch = %d, %v, want 2", n, err)
+	}
+	if w := ring.u32(shmOffWaiting).Load(); w != 0 {
+		t.Errorf("a poller left the waiting flag at %d", w)
+	}
+}
+
+// TestSameHostFallback: a peer without the same-host path, or on another
+// address family, is reached over UDP.
+func TestSameHostFallback(t *testing.T) {
+	a, err := ListenUDP(UDPConfig{Addr: freePort(t, "127.0.0.1"), SameHost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	c, err := ListenUDP(UDPConfig{Addr: freePort(t, "127.0.0.3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sent := batch(6, c.LocalAddr())
+	if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	checkReceived(t, readN(t, c, len(sent)), sent, a.LocalAddr(), c.LocalAddr())
+	if s := a.Stats(); s.SameHostSent != 0 || s.SentPackets != uint64(len(sent)) {
+		t.Errorf("SameHostSent %d, SentPackets %d; want 0 and %d", s.SameHostSent, s.SentPackets, len(sent))
+	}
+}
+
+// TestSameHostPeerCloses: when the receiving link closes, the sender sees
+// the ring closed and sends over UDP again, to whoever holds the address
+// next.
+func TestSameHostPeerCloses(t *testing.T) {
+	a, b := sameHostPair(t)
+	addr := b.LocalAddr()
+	a.WriteBatch(batch(1, addr))
+	readN(t, b, 1)
+	b.Close()
+	b2, err := ListenUDP(UDPConfig{Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	sent := batch(3, addr)
+	if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	checkReceived(t, readN(t, b2, len(sent)), sent, a.LocalAddr(), addr)
+	if s := a.Stats(); s.SameHostSent != 1 {
+		t.Errorf("SameHostSent = %d, want 1 (the packet before the close)", s.SameHostSent)
+	}
+}
+
+// TestSameHostRingFull: a full ring drops what does not fit and counts it,
+// and the slots that were filled are all read.
+func TestSameHostRingFull(t *testing.T) {
+	a, b := sameHostPair(t)
+	pkts := batch(MaxBatch, b.LocalAddr())
+	total := 0
+	for total < shmSlots+MaxBatch {
+		n, err := a.WriteBatch(pkts)
+		if n != len(pkts) || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		total += n
+	}
+	if s := a.Stats(); s.SameHostSent != shmSlots || s.SameHostDrops != uint64(total-shmSlots) {
+		t.Errorf("SameHostSent %d, SameHostDrops %d; want %d and %d", s.SameHostSent, s.SameHostDrops, shmSlots, total-shmSlots)
+	}
+	readN(t, b, shmSlots)
+	if n, _ := b.PollBatch(readBufs(4)); n != 0 {
+		t.Errorf("%d packets beyond the ring's %d", n, shmSlots)
+	}
+}
+
+// TestSameHostBadRing: what a producer writes into shared memory is not
+// trusted. A slot with an impossible length or a wrong ICRC is counted and
+// skipped; a producer index that jumps past the ring ends the channel.
+func TestSameHostBadRing(t *testing.T) {
+	a, b := sameHostPair(t)
+	a.WriteBatch(batch(3, b.LocalAddr()))
+	o := a.sh.out[b.LocalAddr()]
+	binary.LittleEndian.PutUint32(o.ring.slot(0), MaxPacket+1) // length
+	o.ring.slot(1)[shmSlotHdr+12]++                            // its payload byte: the ICRC fails
+	got := readN(t, b, 1)
+	if len(got) != 1 {
+		t.Fatalf("%d packets", len(got))
+	}
+	if s := b.Stats(); s.Malformed != 1 || s.ICRCErrors != 1 {
+		t.Errorf("Malformed %d, ICRCErrors %d; want 1 and 1", s.Malformed, s.ICRCErrors)
+	}
+	o.ring.u64(shmOffTail).Store(o.tail + 5*shmSlots)
+	if n, err := b.PollBatch(readBufs(4)); n != 0 || err != nil {
+		t.Fatalf("PollBatch = %d, %v", n, err)
+	}
+	if len(b.sh.in) != 0 {
+		t.Errorf("the channel of a producer that jumped is still read")
+	}
+	if o.ring.u32(shmOffClosed).Load() != 1 {
+		t.Errorf("the ring of an ended channel is not marked closed")
+	}
+}
+
+// TestSameHostAllocs: a round trip through a ring allocates nothing.
+func TestSameHostAllocs(t *testing.T) {
+	a, b := sameHostPair(t)
+	pkts := batch(64, b.LocalAddr())
+	checkRoundTripAllocs(t, a, b, pkts, b.ReadBatch)
+}
+
+// TestSameHostClose: Close ends a reader waiting on rings and socket, and
+// the link's socket file goes with it.
+func TestSameHostClose(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := sameHostPair(t)
+	a.WriteBatch(batch(1, b.LocalAddr()))
+	readN(t, b, 1)
+	errc := make(chan error, 1)
+	go func() { _, err := b.ReadBatch(readBufs(1)); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	path := b.sh.path
+	b.Close()
+	wantClosed(t, "waiting ReadBatch", waitErr(t, errc))
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket file %s after Close: %v", path, err)
+	}
+	a.Close()
+	_, err := a.WriteBatch(batch(1, b.LocalAddr()))
+	wantClosed(t, "WriteBatch after Close", err)
+}
+
+// TestSameHostUnsafeDir: a rendezvous directory that others could enter is
+// refused, and so is SameHost with a fault stage.
+func TestSameHostUnsafeDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	t.Setenv("GOROCE_RUN_DIR", dir)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755) // past the umask
+	_, err := ListenUDP(UDPConfig{Addr: freePort(t, "127.0.0.1"), SameHost: true})
+	if err == nil {
+		t.Fatal("a world-readable rendezvous directory was accepted")
+	}
+	t.Log(err)
+	os.Chmod(dir, 0o700)
+	l, err := ListenUDP(UDPConfig{Addr: freePort(t, "127.0.0.1"), SameHost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if _, err := ListenUDP(UDPConfig{Addr: freePort(t, "127.0.0.1"), SameHost: true, Fault: FaultConfig{Drop: 0.1}}); err == nil {
+		t.Error("SameHost with a fault stage was accepted")
+	}
+}
+
+// TestSameHostStaleSocket: a socket file left by a link that died is
+// replaced.
+func TestSameHostStaleSocket(t *testing.T) {
+	addr := freePort(t, "127.0.0.1")
+	dir, err := rendezvousDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	path := socketName(dir, addr)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close() // the file stays, nobody listens
+	l, err := ListenUDP(UDPConfig{Addr: addr, SameHost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+}
