@@ -28,6 +28,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the goroce tests (not the TCP ones) to this file")
 	traceFile := fs.String("trace", "", "write a Go execution trace of the goroce bandwidth test to this file (go tool trace)")
 	counters := fs.Bool("counters", false, "print the devices' non-zero counters after the bandwidth test")
+	sameHost := fs.Bool("samehost", false, "run goroce over the same-host path (shared memory, as GOROCE_SAMEHOST=1 does) instead of UDP")
 	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
 	plot := fs.String("plot", "", "with -sweep or -replot: write an SVG plot of the sweep to this file")
 	replot := fs.String("replot", "", "plot the tables a sweep printed, saved in this file (with -plot), without measuring")
@@ -35,7 +36,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	maxQPs := fs.Int("max-qps", 1024, "with -sweep: the largest QP count")
 	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-addrs A,B]")
+		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-addrs A,B]")
 		fmt.Fprintln(stderr, "       goroce bench -sweep [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B]")
 		fmt.Fprintln(stderr, "       goroce bench -replot SWEEP.txt -plot FILE.svg")
 		fs.PrintDefaults()
@@ -57,6 +58,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := bench.Config{Verb: v, Size: *size, Iters: *iters, QPs: *qps, Duration: *dur, LatIters: *latIters, NoLat: *noLat}
+	if *sameHost {
+		// The devices the perftest runs open read it (verbs.Config.SameHost).
+		os.Setenv("GOROCE_SAMEHOST", "1")
+	}
+	cfg.SameHost = os.Getenv("GOROCE_SAMEHOST") == "1"
+	if cfg.SameHost && *sweep {
+		fmt.Fprintln(stderr, "goroce bench: the sweep runs over the same-host path (GOROCE_SAMEHOST=1)")
+	}
 	var a, b string
 	if n, _ := fmt.Sscanf(replaceComma(*addrs), "%s %s", &a, &b); n != 2 {
 		fmt.Fprintf(stderr, "goroce bench: -addrs %q: want two addresses, server,client\n", *addrs)

@@ -32,6 +32,43 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// TestBenchSameHost runs `goroce bench -samehost`: the report says which
+// path ran, and the counters show every goroce packet in shared memory.
+func TestBenchSameHost(t *testing.T) {
+	t.Setenv("GOROCE_SAMEHOST", "") // restored after the flag sets it
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "-samehost", "-counters", "-n", "200", "-s", "16384", "-lat-n", "200", "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	o := out.String()
+	if !strings.Contains(o, "goroce over the same-host path (shared memory)") {
+		t.Errorf("the report does not say the same-host path ran:\n%s", o)
+	}
+	devices := 0
+	for _, line := range strings.Split(o, "\n") {
+		if !strings.Contains(line, "counters of") {
+			continue
+		}
+		devices++
+		var sent, shm string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "sent_pkts="); ok {
+				sent = v
+			}
+			if v, ok := strings.CutPrefix(f, "samehost_pkts="); ok {
+				shm = v
+			}
+		}
+		if sent == "" || sent != shm {
+			t.Errorf("sent_pkts %q, samehost_pkts %q in %q", sent, shm, line)
+		}
+	}
+	if devices != 2 {
+		t.Errorf("counters of %d devices, want 2:\n%s", devices, o)
+	}
+}
+
 func TestBenchFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"}} {
 		var out, errb bytes.Buffer

@@ -44,6 +44,9 @@ type Config struct {
 	// Counters prints the devices' non-zero counters after the bandwidth
 	// test: retransmissions, sequence errors and drops show there.
 	Counters bool
+	// SameHost says that the devices run over the same-host path
+	// (GOROCE_SAMEHOST=1, which the caller sets): the report says so.
+	SameHost bool
 }
 
 // Result holds the figures of one run.
@@ -155,7 +158,11 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 			res.LatRatio = res.Lat / res.TCPLat
 		}
 	}
-	fmt.Fprint(out, "\n TCP on the same addresses, same message sizes, same run:\n")
+	if cfg.SameHost {
+		fmt.Fprint(out, "\n goroce over the same-host path (shared memory); TCP on the same addresses, same message sizes, same run:\n")
+	} else {
+		fmt.Fprint(out, "\n TCP on the same addresses, same message sizes, same run:\n")
+	}
 	fmt.Fprintf(out, " %-30s %12s %12s %14s\n", "", "goroce", "TCP", "goroce/TCP")
 	fmt.Fprintf(out, " %-30s %12.2f %12.2f %13.2fx\n", fmt.Sprintf("BW average[MiB/sec], %d B", cfg.Size), res.BW, res.TCPBW, res.BWRatio)
 	if res.Lat > 0 {

@@ -89,9 +89,11 @@ const shmMagic = "goroceSH"
 
 const shmHelloLen = 8 + 4 + 4 + 4 + 16 + 2
 
-// shmRing is one mapped ring.
+// shmRing is one ring: shared memory mapped from a memfd, or (in tests)
+// ordinary memory.
 type shmRing struct {
-	mem []byte
+	mem    []byte
+	mapped bool
 }
 
 func (r *shmRing) u64(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&r.mem[off])) }
@@ -100,7 +102,11 @@ func (r *shmRing) slot(i uint64) []byte {
 	off := shmHdrSize + int(i%shmSlots)*shmSlotSize
 	return r.mem[off : off+shmSlotSize : off+shmSlotSize]
 }
-func (r *shmRing) unmap() { unix.Munmap(r.mem) }
+func (r *shmRing) unmap() {
+	if r.mapped {
+		unix.Munmap(r.mem)
+	}
+}
 
 // sameHost is a link's same-host state.
 type sameHost struct {
@@ -303,7 +309,7 @@ func (s *sameHost) handshake(c *net.UnixConn) (*shmIn, error) {
 		unix.Close(fds[1])
 		return nil, err
 	}
-	in := &shmIn{peer: peer, ring: &shmRing{mem: mem}, doorbell: fds[1]}
+	in := &shmIn{peer: peer, ring: &shmRing{mem: mem, mapped: true}, doorbell: fds[1]}
 	in.head = in.ring.u64(shmOffHead).Load()
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(in.doorbell)}
 	if err := unix.EpollCtl(s.u.set.epfd, unix.EPOLL_CTL_ADD, in.doorbell, &ev); err != nil {
@@ -392,7 +398,7 @@ func (s *sameHost) offer(c *net.UnixConn) (*shmRing, int, error) {
 	if err != nil {
 		return nil, -1, err
 	}
-	ring := &shmRing{mem: mem}
+	ring := &shmRing{mem: mem, mapped: true}
 	doorbell, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		ring.unmap()
@@ -611,8 +617,10 @@ func (s *sameHost) retire() {
 
 func (s *sameHost) closeIn(in *shmIn) {
 	in.ring.u32(shmOffClosed).Store(1)
-	unix.EpollCtl(s.u.set.epfd, unix.EPOLL_CTL_DEL, in.doorbell, nil)
-	unix.Close(in.doorbell)
+	if in.doorbell >= 0 {
+		unix.EpollCtl(s.u.set.epfd, unix.EPOLL_CTL_DEL, in.doorbell, nil)
+		unix.Close(in.doorbell)
+	}
 	in.ring.unmap()
 }
 

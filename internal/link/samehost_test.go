@@ -279,3 +279,64 @@ func TestSameHostStaleSocket(t *testing.T) {
 	}
 	l.Close()
 }
+
+// fuzzRing is FuzzSameHostRing's ring, allocated once: the fuzzer calls
+// the target from one goroutine at a time.
+var fuzzRing = make([]byte, shmRingSize)
+
+// FuzzSameHostRing feeds the ring reader whatever a producer could write
+// into shared memory: slot lengths, source ports, contents and a producer
+// index. It must never read outside the ring or return a packet whose
+// ICRC is wrong, and it must keep its consumer index within the ring.
+func FuzzSameHostRing(f *testing.F) {
+	good := batch(3, mustParse("127.0.0.2:4791"))
+	for _, p := range good {
+		f := sendFields(mustParse("127.0.0.1:4791"), mustParse("127.0.0.2:4791"))
+		putICRC(p.Buf, &f)
+	}
+	var seed []byte
+	for _, p := range good {
+		seed = binary.LittleEndian.AppendUint32(seed, uint32(len(p.Buf)))
+		seed = binary.LittleEndian.AppendUint16(seed, 4791)
+		seed = binary.LittleEndian.AppendUint16(seed, uint16(len(p.Buf)))
+		seed = append(seed, p.Buf...)
+	}
+	f.Add(uint64(3), seed, false)
+	f.Add(uint64(3), seed, true)
+	f.Add(uint64(shmSlots+1), seed, true)
+	f.Add(^uint64(0), []byte{0xff, 0xff, 0xff, 0xff}, false)
+	f.Fuzz(func(t *testing.T, tail uint64, data []byte, lend bool) {
+		u := &UDP{laddr: mustParse("127.0.0.2:4791")}
+		s := &sameHost{u: u}
+		u.sh = s
+		clear(fuzzRing[:shmHdrSize+8*shmSlotSize]) // all that an iteration writes
+		in := &shmIn{peer: netip.MustParseAddr("127.0.0.1"), ring: &shmRing{mem: fuzzRing}, doorbell: -1}
+		s.in = []*shmIn{in}
+		// data: records of length (4), port (2), bytes to copy (2), bytes.
+		for i := uint64(0); len(data) >= 8 && i < 8; i++ {
+			slot := in.ring.slot(i)
+			copy(slot[:shmSlotHdr], data[:6])
+			n := min(int(binary.LittleEndian.Uint16(data[6:])), len(data)-8, MaxPacket)
+			copy(slot[shmSlotHdr:], data[8:8+n])
+			data = data[8+n:]
+		}
+		in.ring.u64(shmOffTail).Store(tail)
+		pkts := readBufs(MaxBatch)
+		for range 3 {
+			n := s.read(pkts, lend)
+			for _, p := range pkts[:n] {
+				b := p.Buf
+				if lend {
+					b = p.Lent
+				}
+				if len(b) < minPacket || len(b) > MaxPacket || !checkICRC(p.Peer, u.laddr, b) {
+					t.Fatalf("returned a packet of %d bytes that fails the checks", len(b))
+				}
+			}
+			s.release()
+			if len(s.in) == 1 && in.head > tail {
+				t.Fatalf("consumer index %d past the producer's %d", in.head, tail)
+			}
+		}
+	})
+}
