@@ -68,7 +68,7 @@ import (
 // fills) and goes back to UDP.
 
 const (
-	shmSlots    = 1024 // a power of two
+	shmSlots    = 2048 // a power of two, the device's whole send window (verbs: sendWindowBudget)
 	shmSlotHdr  = 8    // length (4), source port (2), reserved (2)
 	shmSlotSize = (shmSlotHdr + MaxPacket + 63) &^ 63
 	shmHdrSize  = 4096
