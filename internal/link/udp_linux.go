@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -558,9 +560,12 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 			bytes += uint64(len(p.Buf))
 		}
 		n := o.send(pkts[done:end], u.laddr.Port())
+		if n < end-done {
+			n += u.waitRing(o, pkts[done+n:end])
+		}
 		if lost := end - done - n; lost > 0 {
-			// A full ring drops, as a full socket buffer would; the
-			// transport resends.
+			// A ring that stays full drops, as a full socket buffer
+			// would; the transport resends.
 			u.stats.sameHostDrops.Add(uint64(lost))
 			if !o.alive(true) {
 				o.drop()
@@ -574,6 +579,26 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 		}
 	}
 	return done, nil
+}
+
+// shmFullWait is how long a sender waits for room in a full same-host
+// ring before it drops: a consumer that is alive drains a ring in
+// microseconds, and waiting costs less than the retransmission a drop
+// brings. It is short, so that two devices that both wait for each other
+// (each worker writing, each reader blocked handing packets to it) drop
+// rather than stall.
+const shmFullWait = 200 * time.Microsecond
+
+// waitRing puts pkts into o's full ring as room appears, for at most
+// shmFullWait, and returns how many went in; u.writeMu is held.
+func (u *UDP) waitRing(o *shmOut, pkts []Packet) int {
+	n := 0
+	deadline := time.Now().Add(shmFullWait)
+	for n < len(pkts) && o.alive(false) && time.Now().Before(deadline) {
+		runtime.Gosched()
+		n += o.send(pkts[n:], u.laddr.Port())
+	}
+	return n
 }
 
 // writeSocket is WriteBatch over the socket; u.writeMu is held.
