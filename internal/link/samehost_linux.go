@@ -81,6 +81,10 @@ const (
 	shmOffClosed  = 192 // consumer: 1 once it reads no more (uint32)
 
 	shmRetry = time.Second // how long a peer without a same-host socket is left to UDP
+
+	// shmSocketPolls: with same-host channels open, a busy poller reads
+	// the socket on one poll in this many (readLocked).
+	shmSocketPolls = 8
 )
 
 // shmHello is what a dialing sender writes, with the memfd and the eventfd
@@ -130,6 +134,7 @@ type sameHost struct {
 	in      []*shmIn
 	next    int  // the channel to read first, for fairness
 	ringsUp bool // the last read returned ring packets: try the socket first
+	skipped int  // polls that did not look at the socket (shmSocketPolls)
 }
 
 // shmOut is a channel this link sends on.
