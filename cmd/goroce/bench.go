@@ -63,9 +63,6 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		os.Setenv("GOROCE_SAMEHOST", "1")
 	}
 	cfg.SameHost = os.Getenv("GOROCE_SAMEHOST") == "1"
-	if cfg.SameHost && *sweep {
-		fmt.Fprintln(stderr, "goroce bench: the sweep runs over the same-host path (GOROCE_SAMEHOST=1)")
-	}
 	var a, b string
 	if n, _ := fmt.Sscanf(replaceComma(*addrs), "%s %s", &a, &b); n != 2 {
 		fmt.Fprintf(stderr, "goroce bench: -addrs %q: want two addresses, server,client\n", *addrs)
@@ -123,7 +120,7 @@ func replaceComma(s string) string {
 
 // runSweep is goroce bench -sweep.
 func runSweep(v perftest.Verb, cfg bench.Config, maxSize, maxQPs int, total int64, plot string, stdout, stderr io.Writer) int {
-	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client}
+	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost}
 	for q := 1; q <= maxQPs; q *= 2 {
 		sc.QPs = append(sc.QPs, q)
 	}
@@ -143,7 +140,11 @@ func runSweep(v perftest.Verb, cfg bench.Config, maxSize, maxQPs int, total int6
 func writePlot(res *bench.SweepResult, plot string, stdout, stderr io.Writer) int {
 	f, err := os.Create(plot)
 	if err == nil {
-		err = bench.WritePlot(f, res, "goroce against TCP, same run, loopback")
+		title := "goroce against TCP, same run, loopback"
+		if res.SameHost {
+			title = "goroce (same-host path) against TCP, same run, loopback"
+		}
+		err = bench.WritePlot(f, res, title)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}

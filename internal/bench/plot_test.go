@@ -46,6 +46,13 @@ func TestParseSweep(t *testing.T) {
 			}
 		}
 	}
+	if r.SameHost {
+		t.Error("a sweep without the same-host header parsed as same-host")
+	}
+	r, err = ParseSweep(strings.NewReader(" " + sameHostHeader + "\n\n" + sweepTables + "\n plot: sweep.svg\n"))
+	if err != nil || !r.SameHost || len(r.BWByQPs) != 2 {
+		t.Errorf("same-host sweep: %+v, %v", r, err)
+	}
 	for _, bad := range []string{"", "no tables here\n", " 2 20000 1.59 0.45 3.57x\n",
 		" Latency against message size\n 2 1000 x 5.52 2.18x\n"} {
 		if _, err := ParseSweep(strings.NewReader(bad)); err == nil {

@@ -24,6 +24,7 @@ type SweepConfig struct {
 	Bytes          int64 // bytes each bandwidth point moves (per side); default 256 MiB
 	LatIters       int   // default 200
 	Server, Client netip.Addr
+	SameHost       bool // the devices run over the same-host path (the caller sets GOROCE_SAMEHOST=1)
 }
 
 // Point is one measurement of a sweep, goroce and TCP side by side.
@@ -35,7 +36,12 @@ type Point struct {
 // SweepResult holds the three series of a sweep.
 type SweepResult struct {
 	BWBySize, LatBySize, BWByQPs []Point
+	SameHost                     bool // goroce ran over the same-host path
 }
+
+// sameHostHeader heads the tables of a sweep over the same-host path.
+const sameHostHeader = "Path: goroce over the same-host path (shared memory, GOROCE_SAMEHOST=1); TCP as always"
+
 
 func (c *SweepConfig) defaults() {
 	if c.MinSize == 0 {
@@ -86,7 +92,10 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	defer cli.Close()
 	tcfg := Config{Server: cfg.Server, Client: cfg.Client, QPs: 1, LatIters: cfg.LatIters}
 	bw := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
-	res := &SweepResult{}
+	res := &SweepResult{SameHost: cfg.SameHost}
+	if cfg.SameHost {
+		fmt.Fprintf(out, " %s\n\n", sameHostHeader)
+	}
 
 	fmt.Fprintf(out, " Bandwidth against message size (1 QP), goroce %s vs one TCP stream, same run\n", bw.Name())
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
@@ -176,7 +185,10 @@ func ParseSweep(r io.Reader) (*SweepResult, error) {
 		case strings.HasPrefix(text, "Aggregate bandwidth against QP count"):
 			cur = &res.BWByQPs
 			continue
-		case text == "" || strings.HasPrefix(text, "#"):
+		case text == sameHostHeader:
+			res.SameHost = true
+			continue
+		case text == "" || strings.HasPrefix(text, "#") || strings.HasPrefix(text, "plot: "):
 			continue
 		}
 		f := strings.Fields(text)
