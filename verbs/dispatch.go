@@ -445,6 +445,7 @@ type worker struct {
 	held   int // tx[:held] are ACKs held back by a poller's turn (finishTurn)
 	pkt    wire.Packet
 	timers qpTimers // QPs with a deadline, earliest first
+	eager  bool     // a post is running inline: write every eagerBatch packets
 }
 
 func (w *worker) run() {
@@ -721,9 +722,26 @@ func (w *worker) Buffer() []byte { return getBuf() }
 // Emit implements transport.Env: packets are written in batches.
 func (w *worker) Emit(p link.Packet) {
 	w.tx = append(w.tx, p)
-	if len(w.tx) == link.MaxBatch {
+	if len(w.tx) == link.MaxBatch || w.eager && len(w.tx) == eagerBatch {
 		w.flush()
 	}
+}
+
+// eagerBatch is how many packets a post run inline on an idle worker (a
+// ping-pong's) queues before writing them, when the link writes cheaply
+// (Device.eagerLink): a multi-packet message then reaches the peer in
+// pieces that it starts placing while the rest is being built, instead of
+// all at once (64 KiB one way, same-host path: 38.6 → 28.7 µs). Over UDP
+// each write is a system call, and writing in pieces made it slower.
+// Bandwidth tests post to busy queues, which the worker runs in batches
+// of up to MaxBatch.
+const eagerBatch = 4
+
+// eagerLink reports whether the device's link writes cheaply enough for
+// eagerBatch: it has same-host channels open.
+func (d *Device) eagerLink() bool {
+	l, ok := d.link.(interface{ SameHostActive() bool })
+	return ok && l.SameHostActive()
 }
 
 // Fatal implements transport.Env.
@@ -775,7 +793,9 @@ func (w *worker) kick(qp *QP) {
 	if w.tryInline() {
 		qp.kicked.Store(false)
 		w.markDirty(qp)
+		w.eager = w.dev.eagerLink()
 		w.finish()
+		w.eager = false
 		return
 	}
 	w.send(event{kind: evKick, qp: qp})

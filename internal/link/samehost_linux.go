@@ -123,7 +123,8 @@ type sameHost struct {
 
 	// Sending, under u.writeMu.
 	out  map[netip.AddrPort]*shmOut
-	last *shmOut // the channel of the last packet sent, or nil
+	last *shmOut      // the channel of the last packet sent, or nil
+	open atomic.Int32 // channels in out with a ring
 
 	// Receiving: channels the listener accepted wait in added until the
 	// reader takes them into in (under u.readMu).
@@ -386,6 +387,7 @@ func (s *sameHost) dial(o *shmOut) {
 		return
 	}
 	*o = shmOut{peer: o.peer, ring: ring, doorbell: doorbell, conn: c, tail: ring.u64(shmOffTail).Load()}
+	s.open.Add(1)
 }
 
 // offer creates a ring and a doorbell, passes them to the peer on c and
@@ -487,6 +489,14 @@ func (o *shmOut) alive(full bool) bool {
 }
 
 // drop ends a channel this link sent on; u.writeMu is held.
+func (s *sameHost) drop(o *shmOut) {
+	s.open.Add(-1)
+	if s.last == o {
+		s.last = nil
+	}
+	o.drop()
+}
+
 func (o *shmOut) drop() {
 	o.ring.unmap()
 	unix.Close(o.doorbell)
@@ -650,7 +660,7 @@ func (s *sameHost) close() {
 	unix.Close(s.wake)
 	for _, o := range s.out {
 		if o.ring != nil {
-			o.drop()
+			s.drop(o)
 		}
 	}
 }

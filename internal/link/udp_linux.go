@@ -459,6 +459,10 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 	}
 }
 
+// SameHostActive reports whether the link has a same-host channel open
+// to a peer: writes to it cost no system call.
+func (u *UDP) SameHostActive() bool { return u.sh != nil && u.sh.open.Load() > 0 }
+
 // Interrupt implements Link.Interrupt: an eventfd in the link's epoll set
 // ends a wait in progress, and a flag makes the next ReadBatch return at
 // once if no wait was in progress. Either way the socket leaves the epoll
@@ -545,7 +549,7 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 			continue
 		}
 		if !o.alive(false) {
-			o.drop()
+			s.drop(o)
 			continue // the same packets, over UDP
 		}
 		var err error
@@ -573,7 +577,7 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 			// would; the transport resends.
 			u.stats.sameHostDrops.Add(uint64(lost))
 			if !o.alive(true) {
-				o.drop()
+				s.drop(o)
 			}
 		}
 		u.stats.sameHostSent.Add(uint64(n))
