@@ -516,6 +516,7 @@ func (w *worker) finishTurn(holdAcks bool) {
 		w.flush()
 	}
 	w.rearm()
+	w.eager = false
 	w.mu.Unlock()
 }
 
@@ -793,9 +794,8 @@ func (w *worker) kick(qp *QP) {
 	if w.tryInline() {
 		qp.kicked.Store(false)
 		w.markDirty(qp)
-		w.eager = w.dev.eagerLink()
+		w.eager = w.dev.eagerLink() // until finish ends the turn
 		w.finish()
-		w.eager = false
 		return
 	}
 	w.send(event{kind: evKick, qp: qp})
