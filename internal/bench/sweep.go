@@ -42,7 +42,6 @@ type SweepResult struct {
 // sameHostHeader heads the tables of a sweep over the same-host path.
 const sameHostHeader = "Path: goroce over the same-host path (shared memory, GOROCE_SAMEHOST=1); TCP as always"
 
-
 func (c *SweepConfig) defaults() {
 	if c.MinSize == 0 {
 		c.MinSize = 2
