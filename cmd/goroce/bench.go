@@ -82,23 +82,21 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if *sweep {
 		return runSweep(v, cfg, *maxSize, *maxQPs, *sweepBytes, *plot, stdout, stderr)
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	// The profile and the trace go to files created here.
+	for _, out := range []struct {
+		name string
+		w    *io.Writer
+	}{{*cpuProfile, &cfg.Profile}, {*traceFile, &cfg.Trace}} {
+		if out.name == "" {
+			continue
+		}
+		f, err := os.Create(out.name)
 		if err != nil {
 			fmt.Fprintf(stderr, "goroce bench: %v\n", err)
 			return 1
 		}
 		defer f.Close()
-		cfg.Profile = f
-	}
-	if *traceFile != "" {
-		f, err := os.Create(*traceFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "goroce bench: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		cfg.Trace = f
+		*out.w = f
 	}
 	cfg.Counters = *counters
 	if _, err := bench.Run(cfg, stdout); err != nil {

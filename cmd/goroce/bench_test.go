@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -32,14 +33,19 @@ func TestBench(t *testing.T) {
 	}
 }
 
-// TestBenchSameHost runs `goroce bench -samehost`: the report says which
-// path ran, and the counters show every goroce packet in shared memory.
+// TestBenchSameHost runs `goroce bench -samehost -counters -trace`: the
+// report says which path ran, the counters show every goroce packet in
+// shared memory, and the execution trace is written.
 func TestBenchSameHost(t *testing.T) {
 	t.Setenv("GOROCE_SAMEHOST", "") // restored after the flag sets it
+	trace := filepath.Join(t.TempDir(), "trace.out")
 	var out, errb bytes.Buffer
-	code := run([]string{"bench", "-samehost", "-counters", "-n", "200", "-s", "16384", "-lat-n", "200", "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)
+	code := run([]string{"bench", "-samehost", "-counters", "-trace", trace, "-n", "200", "-s", "16384", "-lat-n", "200", "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	if b, err := os.ReadFile(trace); err != nil || !bytes.HasPrefix(b, []byte("go 1.")) {
+		t.Errorf("-trace wrote no Go execution trace: %v, %.20q", err, b)
 	}
 	o := out.String()
 	if !strings.Contains(o, "goroce over the same-host path (shared memory)") {
