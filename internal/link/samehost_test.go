@@ -72,6 +72,51 @@ func TestSameHost(t *testing.T) {
 	}
 }
 
+// TestSameHostStaleRing: a producer may clear a consumer's "waiting" flag
+// and ring its doorbell late, after the consumer has woken for another
+// reason and gone to wait again. That ring wakes the new wait for nothing;
+// the consumer must set its flag again before it sleeps on, or the next
+// packet would never ring it.
+func TestSameHostStaleRing(t *testing.T) {
+	a, b := sameHostPair(t)
+	a.WriteBatch(batch(1, b.LocalAddr()))
+	readN(t, b, 1)
+	o := a.sh.out[b.LocalAddr()]
+	errc := make(chan error, 1)
+	go func() {
+		n, err := b.ReadBatch(readBufs(4))
+		if err == nil && n != 1 {
+			err = errors.New("ReadBatch returned " + strconv.Itoa(n) + " packets, want 1")
+		}
+		errc <- err
+	}()
+	waitFlag := func(want uint32) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Second); o.ring.u32(shmOffWaiting).Load() != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting flag %d, want %d", o.ring.u32(shmOffWaiting).Load(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFlag(1) // the reader waits
+	// The late producer: flag cleared, doorbell rung, nothing new in the ring.
+	if !o.ring.u32(shmOffWaiting).CompareAndSwap(1, 0) {
+		t.Fatal("flag not set")
+	}
+	signal(o.doorbell)
+	waitFlag(1) // the reader woke, found nothing, and is waiting again
+	select {
+	case err := <-errc:
+		t.Fatalf("ReadBatch returned on a ring without packets: %v", err)
+	default:
+	}
+	a.WriteBatch(batch(1, b.LocalAddr()))
+	if err := waitErr(t, errc); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSameHostLent: ReadLent lends ring slots, and they go back to the
 // producer only with ReturnLent; PollBatch reads the rings without waiting.
 func TestSameHostLent(t *testing.T) {

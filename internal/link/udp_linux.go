@@ -242,7 +242,7 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 			u.Close()
 			return nil, fmt.Errorf("link: listen %v: same-host path: %w", a, err)
 		}
-		u.set.wake = u.sh.ready
+		u.set.wake = u.sh.woken
 	}
 	u.fault.startRelease(u.flushHeld)
 	return u, nil
