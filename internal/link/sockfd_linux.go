@@ -29,9 +29,14 @@ import (
 // in the socket's place. The reader's socket is in it, for EPOLLIN only,
 // while the reader waits; when a busy poller takes over (Interrupt) the
 // socket leaves it, and from then on a datagram wakes no thread at all.
-// The set also holds an eventfd that Interrupt writes. A writer that finds
-// the socket buffer full, which loopback hardly ever does, waits in
-// ppoll(2) on its own thread.
+// The set also holds an eventfd that Interrupt writes and, with the
+// same-host path, the doorbells of the rings (samehost_linux.go).
+//
+// A writer that finds the socket buffer full, which loopback hardly ever
+// does, waits in ppoll(2) on its own thread. The reader does not: a
+// goroutine blocked in a system call keeps its P until sysmon takes it
+// back, and a reader that waited in ppoll left the application's goroutine
+// runnable but not running for half of a one-process benchmark.
 
 // errInterrupted ends a read that Interrupt woke; errWoken one that the
 // same-host path woke (sockSet.wake).
