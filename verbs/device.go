@@ -347,10 +347,11 @@ func (d *Device) Close() error {
 // rcvd_rnr_err, send_rnr_err, rcvd_seq_err, ack_deferred,
 // retry_exceeded_err, retry_rnr_exceeded_err, completer_retry_err,
 // send_err, link_downed, rdma_sends, rdma_recvs) and sent_bytes,
-// rcvd_bytes, icrc_errors, malformed and what fault injection did
-// (fault_dropped, fault_duplicated, fault_reordered, fault_corrupted,
-// fault_delayed, fault_ce_marked). `goroce stats` shows the same
-// numbers from another process.
+// rcvd_bytes, icrc_errors, malformed, socket_drops, what fault injection
+// did (fault_dropped, fault_duplicated, fault_reordered, fault_corrupted,
+// fault_delayed, fault_ce_marked) and what the same-host path carried
+// (samehost_pkts, samehost_drops). `goroce stats` shows the same numbers
+// from another process.
 func (d *Device) Counters() map[string]uint64 {
 	d.updateLinkCounters()
 	return d.stats.Snapshot().Map()
