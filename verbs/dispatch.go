@@ -438,14 +438,15 @@ type worker struct {
 	heldAt atomic.Int64
 
 	// Owned by the holder of mu.
-	qps    map[uint32]*QP
-	dirty  []*QP // QPs to run Progress on, each once (QP.dirty)
-	spare  []*QP // the other dirty list, reused
-	tx     []link.Packet
-	held   int // tx[:held] are ACKs held back by a poller's turn (finishTurn)
-	pkt    wire.Packet
-	timers qpTimers // QPs with a deadline, earliest first
-	eager  bool     // a post is running inline: write every eagerBatch packets
+	qps     map[uint32]*QP
+	dirty   []*QP // QPs to run Progress on, each once (QP.dirty)
+	spare   []*QP // the other dirty list, reused
+	tx      []link.Packet
+	held    int // tx[:held] are ACKs held back by a poller's turn (finishTurn)
+	pkt     wire.Packet
+	timers  qpTimers  // QPs with a deadline, earliest first
+	eager   bool      // a post is running inline: write every eagerBatch packets
+	timerAt time.Time // when the timer fires; zero: it is not set
 }
 
 func (w *worker) run() {
@@ -465,6 +466,7 @@ func (w *worker) run() {
 			}
 		case <-w.timer.C:
 			w.mu.Lock()
+			w.timerAt = time.Time{} // the timer is no longer set
 			now := time.Now()
 			for len(w.timers) > 0 && !now.Before(w.timers[0].tAt) {
 				qp := heap.Pop(&w.timers).(*QP)
@@ -649,12 +651,22 @@ func (w *worker) progress() {
 	}
 }
 
-// rearm sets the timer to the earliest QP deadline.
+// rearm makes sure the timer fires by the earliest QP deadline. It moves
+// the timer only when that deadline comes sooner than the one the timer is
+// set for: a timer that fires early finds nothing due and is set again.
+// Most turns move a deadline later (an ACK restarts the retry timer of a
+// QP that is still sending), and leaving the timer alone then saves two
+// operations on the runtime's timer heap, with its lock, per message.
 func (w *worker) rearm() {
-	w.timer.Stop()
-	if len(w.timers) > 0 {
-		w.timer.Reset(max(time.Until(w.timers[0].tAt), 0))
+	if len(w.timers) == 0 {
+		return // an armed timer fires once more and finds nothing due
 	}
+	at := w.timers[0].tAt
+	if !w.timerAt.IsZero() && !at.Before(w.timerAt) {
+		return
+	}
+	w.timer.Reset(max(time.Until(at), 0))
+	w.timerAt = at
 }
 
 // track files qp's transport deadline in the worker's timer heap. A QP's
