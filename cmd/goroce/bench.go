@@ -58,11 +58,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := bench.Config{Verb: v, Size: *size, Iters: *iters, QPs: *qps, Duration: *dur, LatIters: *latIters, NoLat: *noLat}
-	if *sameHost {
-		// The devices the perftest runs open read it (verbs.Config.SameHost).
-		os.Setenv("GOROCE_SAMEHOST", "1")
-	}
-	cfg.SameHost = os.Getenv("GOROCE_SAMEHOST") == "1"
+	// GOROCE_SAMEHOST=1 would turn the path on in verbs.Open anyway; taking
+	// it here too makes the report say which path ran.
+	cfg.SameHost = *sameHost || os.Getenv("GOROCE_SAMEHOST") == "1"
 	var a, b string
 	if n, _ := fmt.Sscanf(replaceComma(*addrs), "%s %s", &a, &b); n != 2 {
 		fmt.Fprintf(stderr, "goroce bench: -addrs %q: want two addresses, server,client\n", *addrs)

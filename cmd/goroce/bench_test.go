@@ -37,7 +37,7 @@ func TestBench(t *testing.T) {
 // report says which path ran, the counters show every goroce packet in
 // shared memory, and the execution trace is written.
 func TestBenchSameHost(t *testing.T) {
-	t.Setenv("GOROCE_SAMEHOST", "") // restored after the flag sets it
+	t.Setenv("GOROCE_SAMEHOST", "") // the flag alone must turn the path on
 	trace := filepath.Join(t.TempDir(), "trace.out")
 	var out, errb bytes.Buffer
 	code := run([]string{"bench", "-samehost", "-counters", "-trace", trace, "-n", "200", "-s", "16384", "-lat-n", "200", "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)

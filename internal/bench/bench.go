@@ -44,8 +44,8 @@ type Config struct {
 	// Counters prints the devices' non-zero counters after the bandwidth
 	// test: retransmissions, sequence errors and drops show there.
 	Counters bool
-	// SameHost says that the devices run over the same-host path
-	// (GOROCE_SAMEHOST=1, which the caller sets): the report says so.
+	// SameHost opens the two devices with the same-host path
+	// (verbs.Config.SameHost), and the report says so.
 	SameHost bool
 }
 
@@ -79,7 +79,7 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if !cfg.Server.IsValid() {
 		cfg.Server, cfg.Client = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	}
-	srv, cli, err := openDevices(cfg.Server, cfg.Client)
+	srv, cli, err := openDevices(cfg.Server, cfg.Client, cfg.SameHost)
 	if err != nil {
 		return nil, err
 	}
@@ -176,11 +176,11 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 }
 
 // openDevices opens the server's and the client's devices.
-func openDevices(server, client netip.Addr) (srv, cli *verbs.Device, err error) {
-	if srv, err = verbs.Open(verbs.Config{Addr: server}); err != nil {
+func openDevices(server, client netip.Addr, sameHost bool) (srv, cli *verbs.Device, err error) {
+	if srv, err = verbs.Open(verbs.Config{Addr: server, SameHost: sameHost}); err != nil {
 		return nil, nil, fmt.Errorf("open server device: %w", err)
 	}
-	if cli, err = verbs.Open(verbs.Config{Addr: client}); err != nil {
+	if cli, err = verbs.Open(verbs.Config{Addr: client, SameHost: sameHost}); err != nil {
 		srv.Close()
 		return nil, nil, fmt.Errorf("open client device: %w", err)
 	}

@@ -24,7 +24,7 @@ type SweepConfig struct {
 	Bytes          int64 // bytes each bandwidth point moves (per side); default 256 MiB
 	LatIters       int   // default 200
 	Server, Client netip.Addr
-	SameHost       bool // the devices run over the same-host path (the caller sets GOROCE_SAMEHOST=1)
+	SameHost       bool // open the devices with the same-host path (verbs.Config.SameHost)
 }
 
 // Point is one measurement of a sweep, goroce and TCP side by side.
@@ -83,7 +83,7 @@ func iters(total int64, size, qps int) int {
 // and prints a table as it goes.
 func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	cfg.defaults()
-	srv, cli, err := openDevices(cfg.Server, cfg.Client)
+	srv, cli, err := openDevices(cfg.Server, cfg.Client, cfg.SameHost)
 	if err != nil {
 		return nil, err
 	}
