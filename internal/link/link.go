@@ -5,12 +5,14 @@
 // (IBA Annex A17).
 //
 // A link starts no goroutines, except one to release held packets when its
-// FaultConfig delays or reorders them, which Close stops. ReadBatch and
-// WriteBatch block the calling goroutine (a UDP link's socket is watched by
-// the Go netpoller only while a ReadBatch waits, so that a packet nobody
-// waits for wakes no thread: see sockfd_linux.go); Close, from any goroutine, makes every blocked and
-// later call return net.ErrClosed. The intended use is one reader
-// goroutine and one or more writer goroutines per link:
+// FaultConfig delays or reorders them, and a UDP link's listener for
+// same-host peers (UDPConfig.SameHost); Close stops them. ReadBatch and
+// WriteBatch block the calling goroutine (a UDP link's socket is watched
+// by the Go netpoller only while a ReadBatch waits, so that a packet nobody
+// waits for wakes no thread: see sockfd_linux.go); Close, from any
+// goroutine, makes every blocked and later call return net.ErrClosed. The
+// intended use is one reader goroutine and one or more writer goroutines
+// per link:
 //
 //	reader goroutine ── ReadBatch ──▶ (UDP: split GRO super-packets) ──▶ check length and ICRC ──▶ packets to the device
 //	device goroutines ── WriteBatch ─▶ fill ICRC ──▶ fault stage, if any ──▶ sendmmsg, grouped by source port

@@ -87,11 +87,14 @@ const (
 	shmSocketPolls = 8
 )
 
-// shmHello is what a dialing sender writes, with the memfd and the eventfd
-// as rights: magic, version, ring geometry, its address.
-const shmMagic = "goroceSH"
-
-const shmHelloLen = 8 + 4 + 4 + 4 + 16 + 2
+// A dialing sender writes a hello, with the memfd and the eventfd as
+// rights: magic, version, ring geometry (slots, slot size) and its IP
+// address, which the receiver's packets from this ring report as their
+// source.
+const (
+	shmMagic    = "goroceSH"
+	shmHelloLen = 8 + 4 + 4 + 4 + 16
+)
 
 // shmRing is one ring: shared memory mapped from a memfd, or (in tests)
 // ordinary memory.
@@ -267,8 +270,7 @@ func (s *sameHost) serve(c *net.UnixConn) {
 	var b [1]byte
 	c.Read(b[:]) // returns when the peer closes or exits, or on Close
 	in.dead.Store(true)
-	s.pending.Store(true)
-	signal(s.wake) // a waiting reader retires the channel
+	signal(s.wake) // a waiting reader retires the channel (ready)
 }
 
 // handshake checks a peer's hello and maps its ring.
@@ -418,7 +420,6 @@ func (s *sameHost) offer(c *net.UnixConn) (*shmRing, int, error) {
 	binary.LittleEndian.PutUint32(msg[16:], shmSlotSize)
 	a16 := s.u.laddr.Addr().As16()
 	copy(msg[20:36], a16[:])
-	binary.LittleEndian.PutUint16(msg[36:], s.u.laddr.Port())
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	_, _, err = c.WriteMsgUnix(msg, unix.UnixRights(mfd, doorbell), nil)
 	var ack [1]byte

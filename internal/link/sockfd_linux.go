@@ -153,6 +153,18 @@ type sockFD struct {
 	fd      int
 	set     *sockSet
 	watched bool // fd is in set.ep; only the (one) reader changes it
+
+	// A wait in Read: waitF (waitStep, bound once, so that a wait
+	// allocates nothing) calls inner, Read's f, and notes why it stopped.
+	waitF              func(uintptr) bool
+	inner              func(uintptr) bool
+	interrupted, woken bool
+}
+
+func newSockFD(fd int, set *sockSet) *sockFD {
+	s := &sockFD{fd: fd, set: set}
+	s.waitF = s.waitStep
+	return s
 }
 
 // Read calls f until it returns true, waiting in the link's epoll set for
@@ -180,29 +192,36 @@ func (s *sockFD) Read(f func(fd uintptr) bool) error {
 		}
 		s.watched = true
 	}
-	interrupted, woken := false, false
-	err := set.epRC.Read(func(uintptr) bool {
-		if set.closed.Load() || set.takeInterrupt() {
-			interrupted = true
-			return true
-		}
-		if set.wake != nil && set.wake() {
-			woken = true
-			return true
-		}
-		return f(uintptr(s.fd))
-	})
+	s.inner, s.interrupted, s.woken = f, false, false
+	err := set.epRC.Read(s.waitF)
+	s.inner = nil
 	switch {
 	case set.closed.Load():
 		return net.ErrClosed
 	case err != nil:
 		return err
-	case interrupted:
+	case s.interrupted:
 		return s.unwatch()
-	case woken:
+	case s.woken:
 		return errWoken
 	}
 	return nil
+}
+
+// waitStep is what the netpoller runs each time the link's epoll set is
+// ready during a Read: it stops the wait on close, interrupt or a
+// same-host wake, and otherwise tries the socket.
+func (s *sockFD) waitStep(uintptr) bool {
+	set := s.set
+	if set.closed.Load() || set.takeInterrupt() {
+		s.interrupted = true
+		return true
+	}
+	if set.wake != nil && set.wake() {
+		s.woken = true
+		return true
+	}
+	return s.inner(uintptr(s.fd))
 }
 
 // unwatch takes the socket out of the epoll set, for a busy poller, and
@@ -294,5 +313,5 @@ func openSocket(a netip.AddrPort, scope uint32, o sockOpts, set *sockSet) (*sock
 	case *unix.SockaddrInet6:
 		la = netip.AddrPortFrom(netip.AddrFrom16(b.Addr), uint16(b.Port))
 	}
-	return &sockFD{fd: fd, set: set}, la, nil
+	return newSockFD(fd, set), la, nil
 }

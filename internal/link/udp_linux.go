@@ -116,8 +116,8 @@ const maxPortSockets = 1024
 // IPV6_RECVTCLASS). A packet the fault stage CE-marks leaves with TOS or
 // traffic class 0x03, set by a control message to sendmmsg.
 //
-// A UDP link starts no goroutines (except a fault stage's, see FaultConfig).
-// Its sockets stay out of the Go netpoller's epoll set (sockfd_linux.go):
+// A UDP link starts no goroutines, except a fault stage's (FaultConfig)
+// and the same-host path's listener (UDPConfig.SameHost). Its sockets stay out of the Go netpoller's epoll set (sockfd_linux.go):
 // ReadBatch waits in the netpoller on an epoll set of the link's own, from
 // which Interrupt takes the socket; Close unblocks every wait.
 type UDP struct {
@@ -534,11 +534,19 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 	}
 	s, done := u.sh, 0
 	for done < len(pkts) {
-		o := s.channel(plain(pkts[done].Peer))
+		// A run: packets to one channel, or to peers without one. The
+		// channel is looked up once per change of peer.
+		peer := plain(pkts[done].Peer)
+		o := s.channel(peer)
 		end := done + 1
-		for end < len(pkts) && (o == nil) == (s.channel(plain(pkts[end].Peer)) == nil) &&
-			(o == nil || plain(pkts[end].Peer) == o.peer) {
-			end++
+		for ; end < len(pkts); end++ {
+			next := plain(pkts[end].Peer)
+			if next != peer {
+				if o != nil || s.channel(next) != nil {
+					break
+				}
+				peer = next
+			}
 		}
 		if o == nil {
 			k, err := u.writeSocket(pkts[done:end])

@@ -431,3 +431,34 @@ func TestGroupLinkFamilies(t *testing.T) {
 		})
 	}
 }
+
+// TestUDPWaitAllocs: a ReadBatch that has to wait for its packet (the
+// reader's usual case between bursts) allocates nothing either.
+func TestUDPWaitAllocs(t *testing.T) {
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	pkts := batch(1, b.LocalAddr())
+	bufs := readBufs(MaxBatch)
+	send, sent := make(chan struct{}), make(chan struct{})
+	go func() {
+		for range send {
+			time.Sleep(2 * time.Millisecond) // the reader waits by then
+			a.WriteBatch(pkts)
+			sent <- struct{}{}
+		}
+	}()
+	defer close(send)
+	round := func() {
+		send <- struct{}{}
+		if n, err := b.ReadBatch(bufs); n != 1 || err != nil {
+			t.Fatalf("ReadBatch = %d, %v", n, err)
+		}
+		<-sent
+		for i := range bufs {
+			bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
+		}
+	}
+	round()
+	if allocs := testing.AllocsPerRun(20, round); allocs != 0 {
+		t.Errorf("%v allocations per waiting read", allocs)
+	}
+}
