@@ -193,6 +193,7 @@ type Device struct {
 	cfg   Config
 	name  string
 	link  link.Link
+	shm   interface{ SameHostActive() bool } // link, if it has a same-host path; else nil
 	mem   *memory.Table
 	attr  DeviceAttr
 	port  PortAttr
@@ -275,6 +276,7 @@ func Open(cfg Config) (*Device, error) {
 		}
 		d.link = l
 	}
+	d.shm, _ = d.link.(interface{ SameHostActive() bool })
 	d.window.Store(sendWindow(0))
 	d.disp = newDispatcher(d, cfg.Workers)
 	return d, nil

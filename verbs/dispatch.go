@@ -735,7 +735,7 @@ func (w *worker) Buffer() []byte { return getBuf() }
 // Emit implements transport.Env: packets are written in batches.
 func (w *worker) Emit(p link.Packet) {
 	w.tx = append(w.tx, p)
-	if len(w.tx) == link.MaxBatch || w.eager && len(w.tx) == eagerBatch {
+	if len(w.tx) == link.MaxBatch || w.eager && len(w.tx) >= eagerBatch {
 		w.flush()
 	}
 }
@@ -752,10 +752,7 @@ const eagerBatch = 4
 
 // eagerLink reports whether the device's link writes cheaply enough for
 // eagerBatch: it has same-host channels open.
-func (d *Device) eagerLink() bool {
-	l, ok := d.link.(interface{ SameHostActive() bool })
-	return ok && l.SameHostActive()
-}
+func (d *Device) eagerLink() bool { return d.shm != nil && d.shm.SameHostActive() }
 
 // Fatal implements transport.Env.
 func (w *worker) Fatal(t *transport.QP, _ transport.WCStatus) {

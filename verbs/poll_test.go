@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"container/heap"
 	"net/netip"
 	"testing"
 	"time"
@@ -204,5 +205,42 @@ func TestBusyPollLossy(t *testing.T) {
 	endPollAndComplete(t, rounds, a, b)
 	if s := da.Counters(); s["fault_dropped"] == 0 {
 		t.Errorf("the link dropped nothing: %v", s)
+	}
+}
+
+// TestWorkerRearm: the worker's timer moves only when the earliest
+// deadline comes sooner than the one it is set for, and then fires by it;
+// a later deadline leaves it alone (it fires early and is set again).
+func TestWorkerRearm(t *testing.T) {
+	w := &worker{timer: time.NewTimer(time.Hour)}
+	w.timer.Stop()
+	now := time.Now()
+	late, soon := &QP{tAt: now.Add(time.Hour)}, &QP{tAt: now.Add(20 * time.Millisecond)}
+
+	w.rearm()
+	if !w.timerAt.IsZero() {
+		t.Fatalf("no deadline: timer set for %v", w.timerAt)
+	}
+	heap.Push(&w.timers, late)
+	w.rearm()
+	if !w.timerAt.Equal(late.tAt) {
+		t.Fatalf("timer at %v, want the only deadline %v", w.timerAt, late.tAt)
+	}
+	heap.Push(&w.timers, soon)
+	w.rearm()
+	if !w.timerAt.Equal(soon.tAt) {
+		t.Fatalf("timer at %v, want the sooner deadline %v", w.timerAt, soon.tAt)
+	}
+	// The sooner deadline moves later: the timer stays where it is.
+	soon.tAt = now.Add(time.Minute)
+	heap.Fix(&w.timers, soon.tIndex-1)
+	w.rearm()
+	if !w.timerAt.Equal(now.Add(20 * time.Millisecond)) {
+		t.Errorf("a later deadline moved the timer to %v", w.timerAt)
+	}
+	select {
+	case <-w.timer.C:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the timer set for 20 ms did not fire")
 	}
 }
