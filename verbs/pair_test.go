@@ -46,6 +46,16 @@ func newUDPDevices(t testing.TB) (*Device, *Device) {
 	return openPair(t, Config{Addr: a}, Config{Addr: b})
 }
 
+// newSameHostDevices opens two devices like newUDPDevices, with the
+// same-host path (Config.SameHost): their packets go through shared memory.
+func newSameHostDevices(t testing.TB) (*Device, *Device) {
+	t.Helper()
+	n := udpHost.Add(2)
+	a := netip.AddrFrom4([4]byte{127, 0, 1, byte(n - 1)})
+	b := netip.AddrFrom4([4]byte{127, 0, 1, byte(n)})
+	return openPair(t, Config{Addr: a, SameHost: true}, Config{Addr: b, SameHost: true})
+}
+
 func openPair(t testing.TB, ca, cb Config) (*Device, *Device) {
 	t.Helper()
 	da, err := Open(ca)

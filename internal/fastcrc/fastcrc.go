@@ -17,6 +17,22 @@ func Update(crc uint32, p []byte) uint32 {
 	return genericUpdate(crc, p)
 }
 
+// UpdateCopy copies p into dst, as copy(dst, p) does, and returns
+// Update(crc, p), reading p once where the CPU has the vector code: a packet
+// that must be both copied and checksummed costs about what the checksum
+// alone does. dst must be at least as long as p; it may not overlap p.
+func UpdateCopy(crc uint32, dst, p []byte) uint32 {
+	if len(dst) < len(p) {
+		panic("fastcrc: UpdateCopy: dst shorter than p")
+	}
+	crc, dst, p = archUpdateCopy(crc, dst, p)
+	if len(p) == 0 {
+		return crc
+	}
+	copy(dst, p)
+	return genericUpdate(crc, p)
+}
+
 // genericUpdate is the fallback, used for short inputs, for the tail that the
 // vector code leaves, and on CPUs (or builds) without the vector code.
 func genericUpdate(crc uint32, p []byte) uint32 {

@@ -26,10 +26,24 @@ const minAVX512Len = 64
 //go:noescape
 func ieeeAVX512(crc uint32, p []byte) uint32
 
+// ieeeCopyAVX512 is ieeeAVX512 that also copies p to dst (len(dst) >=
+// len(p)) in the same pass.
+//
+//go:noescape
+func ieeeCopyAVX512(crc uint32, dst, p []byte) uint32
+
 func archUpdate(crc uint32, p []byte) (uint32, []byte) {
 	if !useAVX512 || len(p) < minAVX512Len {
 		return crc, p
 	}
 	n := len(p) &^ 15
 	return ^ieeeAVX512(^crc, p[:n]), p[n:]
+}
+
+func archUpdateCopy(crc uint32, dst, p []byte) (uint32, []byte, []byte) {
+	if !useAVX512 || len(p) < minAVX512Len {
+		return crc, dst, p
+	}
+	n := len(p) &^ 15
+	return ^ieeeCopyAVX512(^crc, dst[:n], p[:n]), dst[n:], p[n:]
 }

@@ -15,6 +15,7 @@ package fastcrc
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"hash/crc32"
 	"math/bits"
@@ -34,15 +35,60 @@ func randomBytes(r *rand.Rand, n int) []byte {
 	return p
 }
 
+// check compares Update and UpdateCopy with hash/crc32.
 func check(t *testing.T, crc uint32, p []byte, what string) {
 	t.Helper()
-	if got, want := Update(crc, p), crc32.Update(crc, crc32.IEEETable, p); got != want {
+	want := crc32.Update(crc, crc32.IEEETable, p)
+	if got := Update(crc, p); got != want {
 		t.Fatalf("%s: Update(%#08x, %d bytes) = %#08x, want %#08x", what, crc, len(p), got, want)
+	}
+	checkCopy(t, crc, p, want, what)
+}
+
+// checkCopy checks that UpdateCopy returns want. It writes into a buffer
+// with guard bytes around the copy and at an offset of its own (lengths and
+// offsets differ, so source and destination alignment vary independently):
+// the copy must equal p and the guards must be untouched.
+func checkCopy(t *testing.T, crc uint32, p []byte, want uint32, what string) {
+	t.Helper()
+	off := (len(p) * 13) % 64
+	buf := copyBuf[:off+len(p)+128]
+	copy(buf, guards)
+	dst := buf[64+off : 64+off+len(p)+int(crc%32)] // longer than p, by up to 31
+	if got := UpdateCopy(crc, dst, p); got != want {
+		t.Fatalf("%s: UpdateCopy(%#08x, %d bytes) = %#08x, want %#08x", what, crc, len(p), got, want)
+	}
+	if !bytes.Equal(dst[:len(p)], p) {
+		t.Fatalf("%s: UpdateCopy of %d bytes: the copy differs from the input", what, len(p))
+	}
+	before, after := buf[:64+off], buf[64+off+len(p):]
+	if !bytes.Equal(before, guards[:len(before)]) || !bytes.Equal(after, guards[:len(after)]) {
+		t.Fatalf("%s: UpdateCopy of %d bytes wrote outside the copy", what, len(p))
 	}
 }
 
+// copyBuf is check's destination, guards what it holds around the copy.
+// Tests that call check run one at a time (FuzzUpdate included), never in
+// parallel.
+var (
+	copyBuf = make([]byte, 1<<21)
+	guards  = bytes.Repeat([]byte{0xa5}, 1<<21)
+)
+
+// TestUpdateCopyShortDst checks that UpdateCopy refuses a destination
+// shorter than its input instead of writing past it.
+func TestUpdateCopyShortDst(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("UpdateCopy into a shorter dst did not panic")
+		}
+	}()
+	UpdateCopy(0, make([]byte, 100), make([]byte, 101))
+}
+
 // TestExhaustive tries every length up to 5000 at every offset 0..63 from a
-// 64-byte aligned allocation, which covers every threshold and remainder of
+// 64-byte aligned allocation, Update and (once per length and offset)
+// UpdateCopy, which covers every threshold and remainder of
 // the vector code (64, 256, multiples of 16, 64 and 256, aligned and
 // unaligned loads), with initial values 0, 0xffffffff and a random one.
 func TestExhaustive(t *testing.T) {
@@ -55,10 +101,19 @@ func TestExhaustive(t *testing.T) {
 	for n := 0; n <= maxLen; n++ {
 		for off := 0; off < 64; off++ {
 			p := buf[off : off+n]
-			check(t, 0, p, fmt.Sprintf("offset %d", off))
-			check(t, 0xffffffff, p, fmt.Sprintf("offset %d", off))
-			check(t, r.Uint32(), p, fmt.Sprintf("offset %d", off))
+			checkUpdate(t, 0, p, off)
+			checkUpdate(t, 0xffffffff, p, off)
+			check(t, r.Uint32(), p, fmt.Sprintf("offset %d", off)) // and UpdateCopy
 		}
+	}
+}
+
+// checkUpdate is check without UpdateCopy, and without formatting a
+// message unless it fails.
+func checkUpdate(t *testing.T, crc uint32, p []byte, off int) {
+	t.Helper()
+	if got, want := Update(crc, p), crc32.Update(crc, crc32.IEEETable, p); got != want {
+		t.Fatalf("offset %d: Update(%#08x, %d bytes) = %#08x, want %#08x", off, crc, len(p), got, want)
 	}
 }
 
@@ -101,6 +156,10 @@ func TestChaining(t *testing.T) {
 		if got := Update(Update(c, p[:i]), p[i:]); got != whole {
 			t.Fatalf("split %d+%d: %#08x != %#08x", i, n-i, got, whole)
 		}
+		dst := make([]byte, n)
+		if got := UpdateCopy(UpdateCopy(c, dst, p[:i]), dst[i:], p[i:]); got != whole || !bytes.Equal(dst, p) {
+			t.Fatalf("UpdateCopy split %d+%d: %#08x != %#08x, or the copy differs", i, n-i, got, whole)
+		}
 		got := c
 		for q := p; len(q) > 0; {
 			k := min(len(q), r.IntN(600))
@@ -119,6 +178,10 @@ func TestAllocs(t *testing.T) {
 		var sink uint32
 		if a := testing.AllocsPerRun(100, func() { sink = Update(sink, p[:n]) }); a != 0 {
 			t.Errorf("Update of %d bytes: %v allocations, want 0", n, a)
+		}
+		dst := make([]byte, n)
+		if a := testing.AllocsPerRun(100, func() { sink = UpdateCopy(sink, dst, p[:n]) }); a != 0 {
+			t.Errorf("UpdateCopy of %d bytes: %v allocations, want 0", n, a)
 		}
 	}
 }
@@ -171,6 +234,22 @@ func BenchmarkUpdate(b *testing.B) {
 			var crc uint32
 			for b.Loop() {
 				crc = Update(crc, p[:n])
+			}
+		})
+		dst := make([]byte, n)
+		b.Run(fmt.Sprintf("copy+fastcrc/%d", n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			var crc uint32
+			for b.Loop() {
+				copy(dst, p[:n])
+				crc = Update(crc, dst)
+			}
+		})
+		b.Run(fmt.Sprintf("UpdateCopy/%d", n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			var crc uint32
+			for b.Loop() {
+				crc = UpdateCopy(crc, dst, p[:n])
 			}
 		})
 		b.Run(fmt.Sprintf("stdlib/%d", n), func(b *testing.B) {

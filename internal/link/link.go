@@ -62,8 +62,9 @@ var (
 type Packet struct {
 	// Buf holds BTH through ICRC.
 	//
-	// On write the caller leaves the last 4 bytes as room for the ICRC and
-	// the link fills them: WriteBatch modifies Buf[len(Buf)-4:].
+	// On write the caller leaves the last 4 bytes as room for the ICRC,
+	// which the link may fill: WriteBatch may modify Buf[len(Buf)-4:]
+	// (the same-host path writes the ICRC only into the ring).
 	//
 	// On read the caller supplies a buffer of capacity at least MaxPacket
 	// (its length is ignored); the link reads into Buf[:cap(Buf)] and

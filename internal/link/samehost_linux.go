@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/stats"
+	"github.com/goroce/goroce/internal/wire"
 )
 
 // The same-host path (UDPConfig.SameHost).
@@ -438,23 +439,29 @@ func (s *sameHost) offer(c *net.UnixConn) (*shmRing, int, error) {
 	return ring, doorbell, nil
 }
 
-// send puts the packets (ICRC filled, sent from port, or their SrcPort)
-// into o's ring and returns how many went in; the rest did not fit.
-// u.writeMu is held.
-func (o *shmOut) send(pkts []Packet, port uint16) int {
+// send puts the packets (checked, sent from laddr or their SrcPort) into
+// o's ring and returns how many went in; the rest did not fit. Each packet
+// is copied into its slot and its ICRC computed in the same pass
+// (wire.IPFields.ICRCCopy), into the slot only: Buf keeps its room for the
+// ICRC unfilled. u.writeMu is held.
+func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort) int {
 	r := o.ring
 	head := r.u64(shmOffHead).Load()
 	n := 0
 	for ; n < len(pkts) && o.tail-head < shmSlots; n++ {
 		p := &pkts[n]
 		slot := r.slot(o.tail)
-		binary.LittleEndian.PutUint32(slot, uint32(len(p.Buf)))
+		size := len(p.Buf)
+		binary.LittleEndian.PutUint32(slot, uint32(size))
 		sport := p.SrcPort
 		if sport == 0 {
-			sport = port
+			sport = laddr.Port()
 		}
 		binary.LittleEndian.PutUint16(slot[4:], sport)
-		copy(slot[shmSlotHdr:], p.Buf)
+		f := sendFields(netip.AddrPortFrom(laddr.Addr(), sport), o.peer)
+		pkt := slot[shmSlotHdr : shmSlotHdr+size]
+		body := size - wire.ICRCLen
+		wire.PutICRC(pkt, f.ICRCCopy(pkt[:body], p.Buf[:body]))
 		o.tail++
 	}
 	if n > 0 {

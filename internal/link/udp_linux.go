@@ -568,15 +568,9 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 				end = i
 				break
 			}
-			sport := p.SrcPort
-			if sport == 0 {
-				sport = u.laddr.Port()
-			}
-			f := sendFields(netip.AddrPortFrom(u.laddr.Addr(), sport), o.peer)
-			putICRC(p.Buf, &f)
 			bytes += uint64(len(p.Buf))
 		}
-		n := o.send(pkts[done:end], u.laddr.Port())
+		n := o.send(pkts[done:end], u.laddr)
 		if n < end-done {
 			n += u.waitRing(o, pkts[done+n:end])
 		}
@@ -613,7 +607,7 @@ func (u *UDP) waitRing(o *shmOut, pkts []Packet) int {
 	deadline := time.Now().Add(shmFullWait)
 	for n < len(pkts) && o.alive(false) && time.Now().Before(deadline) {
 		runtime.Gosched()
-		n += o.send(pkts[n:], u.laddr.Port())
+		n += o.send(pkts[n:], u.laddr)
 	}
 	return n
 }

@@ -79,8 +79,13 @@ func FuzzICRCOfIP(f *testing.F) {
 		if uint16(ip[2])<<8|uint16(ip[3]) != tot || uint16(ip[24])<<8|uint16(ip[25]) != tot-20 {
 			return
 		}
-		if got := fields.ICRC(ip[28 : len(ip)-wire.ICRCLen]); got != computed {
+		body := ip[28 : len(ip)-wire.ICRCLen]
+		if got := fields.ICRC(body); got != computed {
 			t.Fatalf("fields form %08x, IP form %08x", got, computed)
+		}
+		dst := make([]byte, len(body))
+		if got := fields.ICRCCopy(dst, body); got != computed || !bytes.Equal(dst, body) {
+			t.Fatalf("copying form %08x, IP form %08x, or the copy differs", got, computed)
 		}
 	})
 }

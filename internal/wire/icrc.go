@@ -105,10 +105,27 @@ const DF = 0x4000
 // if present, must be excluded by the caller) sent with these IP and UDP
 // header fields. pkt must hold at least a BTH. It does not allocate.
 func (f *IPFields) ICRC(pkt []byte) uint32 {
+	return fastcrc.Update(f.headerCRC(pkt), pkt[BTHLen:])
+}
+
+// ICRCCopy copies pkt (BTH through pad) into dst, which must be at least as
+// long, and returns pkt's ICRC as ICRC does, reading pkt once: the copy
+// rides on the CRC's loads (fastcrc.UpdateCopy). A link that sends through
+// memory it shares with the receiver fills a slot and checksums it in one
+// pass this way. It does not allocate.
+func (f *IPFields) ICRCCopy(dst, pkt []byte) uint32 {
+	copy(dst[:BTHLen], pkt)
+	return fastcrc.UpdateCopy(f.headerCRC(pkt), dst[BTHLen:], pkt[BTHLen:])
+}
+
+// headerCRC returns the CRC-32 (crc32.Update's form) of the masked IP and
+// UDP headers and pkt's masked BTH, which pkt's ICRC continues.
+func (f *IPFields) headerCRC(pkt []byte) uint32 {
 	var buf [maxPrefix]byte
 	n := f.putHeaders(buf[:], len(pkt)+ICRCLen)
 	n += copy(buf[n:n+BTHLen], pkt)
-	return icrcWith(buf[:n], pkt)
+	buf[n-BTHLen+4] = 0xff
+	return ^crcFeed(icrcSeed, buf[:n])
 }
 
 // putHeaders writes the masked IP and UDP headers of a datagram whose UDP

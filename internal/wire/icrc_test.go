@@ -37,6 +37,10 @@ func TestICRCGolden(t *testing.T) {
 		if got := f.ICRC(body); got != stored {
 			t.Errorf("%s: ICRC from socket fields %08x, stored %08x", g.name(), got, stored)
 		}
+		dst := make([]byte, len(body))
+		if got := f.ICRCCopy(dst, body); got != stored || !bytes.Equal(dst, body) {
+			t.Errorf("%s: ICRCCopy %08x, stored %08x, or the copy differs", g.name(), got, stored)
+		}
 		if g.d.IPv6 {
 			v6++
 		} else {
@@ -185,6 +189,10 @@ func TestICRCAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { f.ICRC(body) }); n != 0 {
 		t.Errorf("IPFields.ICRC: %v allocations", n)
+	}
+	dst := make([]byte, len(body))
+	if n := testing.AllocsPerRun(100, func() { f.ICRCCopy(dst, body) }); n != 0 {
+		t.Errorf("IPFields.ICRCCopy: %v allocations", n)
 	}
 	if n := testing.AllocsPerRun(100, func() { wire.RecoverIPv4ID(&f, g.d.Payload) }); n != 0 {
 		t.Errorf("RecoverIPv4ID: %v allocations", n)
