@@ -194,6 +194,7 @@ type Device struct {
 	name  string
 	link  link.Link
 	shm   interface{ SameHostActive() bool } // link, if it has a same-host path; else nil
+	icrc  link.ICRCDeferrer                  // link, if it can leave ICRC checks to the device; else nil
 	mem   *memory.Table
 	attr  DeviceAttr
 	port  PortAttr
@@ -277,6 +278,7 @@ func Open(cfg Config) (*Device, error) {
 		d.link = l
 	}
 	d.shm, _ = d.link.(interface{ SameHostActive() bool })
+	d.icrc, _ = d.link.(link.ICRCDeferrer)
 	d.window.Store(sendWindow(0))
 	d.disp = newDispatcher(d, cfg.Workers)
 	return d, nil

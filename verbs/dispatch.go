@@ -46,6 +46,8 @@ type rxBatch struct {
 	lent   [link.MaxBatch]bool   // bufs[i] is the link's memory (link.Lender), not a pool buffer
 	qpn    [link.MaxBatch]uint32 // the QP each packet is for (multicast: one copy per QP)
 	origin [link.MaxBatch]transport.Origin
+	seed   [link.MaxBatch]uint32 // with pending: the ICRC's seed (link.Packet.ICRCSeed)
+	pend   [link.MaxBatch]bool   // bufs[i]'s ICRC is still to be checked (link.ICRCDeferrer)
 	n      int
 }
 
@@ -150,7 +152,8 @@ func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
 type router struct {
 	p       *dispatcher
 	link    link.Link
-	lender  link.Lender // link, if it lends packets; else nil
+	lender  link.Lender       // link, if it lends packets; else nil
+	icrc    link.ICRCDeferrer // link, if it leaves the ICRC of lent packets to the device; else nil
 	pkts    [link.MaxBatch]link.Packet
 	batches []*rxBatch // per worker, the batch being filled
 	group   netip.Addr // the multicast group read, or the zero Addr
@@ -169,6 +172,13 @@ func (p *dispatcher) newRouter(l link.Link, group netip.Addr) *router {
 		r.dst = group
 	}
 	r.lender, _ = l.(link.Lender)
+	if d, ok := l.(link.ICRCDeferrer); ok {
+		// The transport checks such packets while it places their
+		// payload (wire.Packet.CopyPayload), and all others before it
+		// acts on them.
+		d.DeferICRC()
+		r.icrc = d
+	}
 	return r
 }
 
@@ -235,10 +245,13 @@ func (r *router) route(n int) bool {
 			// Only group links carry them (the unicast socket never
 			// sees a group address).
 			if r.group.IsValid() {
+				if !r.intact(&r.pkts[i]) {
+					continue
+				}
 				for _, qp := range p.dev.mcastQPs(r.group) {
 					c := getBuf()[:len(b)]
 					copy(c, b)
-					if !r.queue(qp, c, false, r.pkts[i].Peer) {
+					if !r.queue(qp, &link.Packet{Peer: r.pkts[i].Peer}, c, false) {
 						return false
 					}
 				}
@@ -250,10 +263,12 @@ func (r *router) route(n int) bool {
 		v, _ := p.dev.qpTable.Load(qpn)
 		qp, _ := v.(*QP)
 		if qp == nil || r.group.IsValid() {
-			p.dev.stats.Inc(stats.Malformed) // no such QP: dropped (the buffer is reused)
+			if r.intact(&r.pkts[i]) {
+				p.dev.stats.Inc(stats.Malformed) // no such QP: dropped (the buffer is reused)
+			}
 			continue
 		}
-		if !r.queue(qp, b, lent, r.pkts[i].Peer) {
+		if !r.queue(qp, &r.pkts[i], b, lent) {
 			return false
 		}
 		if !lent {
@@ -272,15 +287,28 @@ func (r *router) route(n int) bool {
 	return true
 }
 
-// queue adds a packet for qp to its worker's batch, handing the batch over
-// when it is full. It returns false once the workers have stopped.
-func (r *router) queue(qp *QP, b []byte, lent bool, from netip.AddrPort) bool {
+// intact checks the ICRC of a packet dropped before it reaches a QP, if
+// the link left it pending: a damaged one is counted as such (not as
+// malformed). It reports whether the ICRC is right.
+func (r *router) intact(p *link.Packet) bool {
+	if !p.ICRCPending || p.Lent == nil || wire.CheckDeferredICRC(p.Lent, p.ICRCSeed) {
+		return true
+	}
+	r.icrc.CountICRCError()
+	return false
+}
+
+// queue adds packet b, read as p, for qp to its worker's batch, handing
+// the batch over when it is full. It returns false once the workers have
+// stopped.
+func (r *router) queue(qp *QP, p *link.Packet, b []byte, lent bool) bool {
 	wi := int(qp.qpn % uint32(len(r.p.workers)))
 	if r.batches[wi] == nil {
 		r.batches[wi] = batchPool.Get().(*rxBatch)
 	}
 	bt := r.batches[wi]
-	bt.bufs[bt.n], bt.lent[bt.n], bt.qpn[bt.n], bt.origin[bt.n] = b, lent, qp.qpn, transport.Origin{Src: from, Dst: r.dst}
+	bt.bufs[bt.n], bt.lent[bt.n], bt.qpn[bt.n], bt.origin[bt.n] = b, lent, qp.qpn, transport.Origin{Src: p.Peer, Dst: r.dst}
+	bt.pend[bt.n], bt.seed[bt.n] = lent && p.ICRCPending, p.ICRCSeed
 	bt.n++
 	if bt.n == len(bt.bufs) {
 		r.batches[wi] = nil
@@ -577,13 +605,25 @@ func (w *worker) handleEvent(ev event) {
 			b := ev.batch.bufs[i]
 			ev.batch.bufs[i] = nil
 			qp := w.qps[ev.batch.qpn[i]]
-			if err := w.pkt.Parse(b); err == nil && qp != nil {
-				pkts++
-				bytes += uint64(len(b))
+			err := w.pkt.Parse(b)
+			if ev.batch.pend[i] {
+				w.pkt.DeferICRC(ev.batch.seed[i])
+				ev.batch.pend[i] = false
+			}
+			if err == nil && qp != nil {
 				qp.t.ReceiveFrom(&w.pkt, ev.batch.origin[i], now)
 				w.markDirty(qp)
-			} else {
+			}
+			// A pending ICRC the transport did not need (the packet was
+			// dropped unread) is checked for the counters.
+			switch {
+			case !w.pkt.CheckICRC():
+				w.dev.icrc.CountICRCError()
+			case err != nil || qp == nil:
 				w.dev.stats.Inc(stats.Malformed)
+			default:
+				pkts++
+				bytes += uint64(len(b))
 			}
 			if !ev.batch.lent[i] {
 				putBuf(b)

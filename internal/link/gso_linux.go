@@ -190,7 +190,7 @@ func (u *UDP) readGRO(pkts []Packet, wait, lend bool) (int, error) {
 				p.Lent = pkt
 			}
 			g.nextID = got + 1
-			p.Peer, p.CE, p.SrcPort = g.peer, g.ce, 0
+			p.Peer, p.CE, p.SrcPort, p.ICRCPending = g.peer, g.ce, 0, false
 			c.packets++
 			c.bytes += uint64(len(seg))
 			n++

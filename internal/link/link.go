@@ -88,6 +88,14 @@ type Packet struct {
 	// packet is in Buf.
 	Lent []byte
 
+	// ICRCPending, set only by ReadLent on a lent packet once the
+	// borrower asked for it (ICRCDeferrer.DeferICRC), says the link did
+	// not check the packet's ICRC: the borrower must, before it acts on
+	// the packet (wire.Packet.DeferICRC with ICRCSeed, the CRC of the
+	// IP, UDP and BT headers).
+	ICRCPending bool
+	ICRCSeed    uint32
+
 	// CE is set on read when the packet arrived marked ECN Congestion
 	// Experienced: IP ECN bits 11 (IPv4 TOS, IPv6 traffic class), or a
 	// memory pair's fault stage marked it (FaultConfig.CEMark). Ignored
@@ -193,6 +201,29 @@ type Lender interface {
 	// ReturnLent ends the loan of the last ReadLent that returned
 	// packets.
 	ReturnLent()
+}
+
+// ICRCDeferrer is a Lender that can leave the ICRC check of lent packets
+// to the borrower, which then checks a packet in the same pass that places
+// its payload (wire.Packet.CopyPayload) and reads it once instead of twice.
+//
+// UDP defers only for packets from same-host peers (UDPConfig.SameHost).
+// Shared memory is not a wire: nothing damages a packet on its way, and
+// only the peer process itself can write a wrong one, which could as well
+// write a right one. So a borrower that places the payload of a packet
+// whose ICRC then turns out wrong (and drops it) has written only where
+// the packet's headers were allowed to write. Packets that come through
+// a socket are always checked by the link.
+type ICRCDeferrer interface {
+	Lender
+
+	// DeferICRC makes later reads leave the ICRC of the packets they
+	// can to the borrower (Packet.ICRCPending).
+	DeferICRC()
+
+	// CountICRCError counts, in Stats.ICRCErrors, a packet whose
+	// deferred ICRC the borrower found wrong.
+	CountICRCError()
 }
 
 // counters are the atomic counters behind Stats. Hot paths add once per

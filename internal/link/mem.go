@@ -305,7 +305,7 @@ func (l *memLink) deliver(p *Packet, s *memSlot, c *rxCount) bool {
 	p.Buf = p.Buf[:len(pkt)]
 	copy(p.Buf, pkt)
 	p.Peer = s.from
-	p.SrcPort, p.Lent = 0, nil
+	p.SrcPort, p.Lent, p.ICRCPending = 0, nil, false
 	p.CE = s.ce
 	c.packets++
 	c.bytes += uint64(len(pkt))

@@ -578,6 +578,7 @@ func (s *sameHost) read(pkts []Packet, lend bool) int {
 	s.take()
 	n := 0
 	var c rxCount
+	deferICRC := lend && s.u.deferICRC.Load()
 	for k := range s.in {
 		if n == len(pkts) {
 			break
@@ -611,7 +612,13 @@ func (s *sameHost) read(pkts []Packet, lend bool) int {
 				copy(p.Buf, pkt)
 				pkt = p.Buf
 			}
-			if !checkICRC(src, s.u.laddr, pkt) {
+			p.ICRCPending = false
+			if deferICRC {
+				// The borrower checks it (ICRCDeferrer), in the pass
+				// that places the payload.
+				f := sendFields(src, s.u.laddr)
+				p.ICRCPending, p.ICRCSeed = true, f.HeaderCRC(pkt[:size-wire.ICRCLen])
+			} else if !checkICRC(src, s.u.laddr, pkt) {
 				c.icrc++
 				continue
 			}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/wire"
 )
 
 // sameHostPair opens two links with the same-host path on free ports of
@@ -250,6 +252,50 @@ func TestSameHostBadRing(t *testing.T) {
 	}
 }
 
+// TestSameHostDeferredICRC: after DeferICRC, lent ring packets come with
+// their ICRC pending and a seed that finishes the check (wire.
+// CheckDeferredICRC): right for intact packets, wrong for a damaged one,
+// which CountICRCError counts. Copied packets are still checked by the
+// link.
+func TestSameHostDeferredICRC(t *testing.T) {
+	a, b := sameHostPair(t)
+	b.DeferICRC()
+	a.WriteBatch(batch(3, b.LocalAddr()))
+	o := a.sh.out[b.LocalAddr()]
+	o.ring.slot(1)[shmSlotHdr+12]++ // a payload byte of the second packet
+	bufs := readBufs(MaxBatch)
+	n, err := b.ReadLent(bufs, true)
+	if n != 3 || err != nil {
+		t.Fatalf("ReadLent = %d, %v; want 3 packets, the damaged one among them", n, err)
+	}
+	for i, p := range bufs[:n] {
+		if !p.ICRCPending || p.Lent == nil {
+			t.Fatalf("packet %d: pending %v, lent %v", i, p.ICRCPending, p.Lent != nil)
+		}
+		if ok := wire.CheckDeferredICRC(p.Lent, p.ICRCSeed); ok != (i != 1) {
+			t.Errorf("packet %d: deferred check %v", i, ok)
+		}
+	}
+	b.ReturnLent()
+	if s := b.Stats(); s.ICRCErrors != 0 {
+		t.Errorf("ICRCErrors %d before the borrower counted one", s.ICRCErrors)
+	}
+	b.CountICRCError()
+	if s := b.Stats(); s.ICRCErrors != 1 {
+		t.Errorf("ICRCErrors %d, want 1", s.ICRCErrors)
+	}
+
+	a.WriteBatch(batch(2, b.LocalAddr()))
+	o.ring.slot(3)[shmSlotHdr+12]++ // the first of these two
+	got := readN(t, b, 1)
+	if got[0].ICRCPending {
+		t.Error("a copied packet came with its ICRC pending")
+	}
+	if s := b.Stats(); s.ICRCErrors != 2 {
+		t.Errorf("ICRCErrors %d after ReadBatch met a damaged packet, want 2", s.ICRCErrors)
+	}
+}
+
 // TestSameHostAllocs: a round trip through a ring allocates nothing.
 func TestSameHostAllocs(t *testing.T) {
 	a, b := sameHostPair(t)
@@ -346,12 +392,14 @@ func FuzzSameHostRing(f *testing.F) {
 		seed = binary.LittleEndian.AppendUint16(seed, uint16(len(p.Buf)))
 		seed = append(seed, p.Buf...)
 	}
-	f.Add(uint64(3), seed, false)
-	f.Add(uint64(3), seed, true)
-	f.Add(uint64(shmSlots+1), seed, true)
-	f.Add(^uint64(0), []byte{0xff, 0xff, 0xff, 0xff}, false)
-	f.Fuzz(func(t *testing.T, tail uint64, data []byte, lend bool) {
+	f.Add(uint64(3), seed, false, false)
+	f.Add(uint64(3), seed, true, false)
+	f.Add(uint64(shmSlots+1), seed, true, false)
+	f.Add(^uint64(0), []byte{0xff, 0xff, 0xff, 0xff}, false, false)
+	f.Add(uint64(3), seed, true, true)
+	f.Fuzz(func(t *testing.T, tail uint64, data []byte, lend, deferICRC bool) {
 		u := &UDP{laddr: mustParse("127.0.0.2:4791")}
+		u.deferICRC.Store(deferICRC)
 		s := &sameHost{u: u}
 		u.sh = s
 		clear(fuzzRing[:shmHdrSize+8*shmSlotSize]) // all that an iteration writes
@@ -374,8 +422,17 @@ func FuzzSameHostRing(f *testing.F) {
 				if lend {
 					b = p.Lent
 				}
-				if len(b) < minPacket || len(b) > MaxPacket || !checkICRC(p.Peer, u.laddr, b) {
-					t.Fatalf("returned a packet of %d bytes that fails the checks", len(b))
+				if len(b) < minPacket || len(b) > MaxPacket {
+					t.Fatalf("returned a packet of %d bytes", len(b))
+				}
+				// A packet with its ICRC left to the borrower (only lent
+				// ones) passes the borrower's check only if it passes the
+				// link's own.
+				if p.ICRCPending && (!lend || !deferICRC || wire.CheckDeferredICRC(b, p.ICRCSeed) && !checkICRC(p.Peer, u.laddr, b)) {
+					t.Fatalf("a pending ICRC (lend %v, defer %v) that the link's check would refuse", lend, deferICRC)
+				}
+				if !p.ICRCPending && !checkICRC(p.Peer, u.laddr, b) {
+					t.Fatalf("returned a packet of %d bytes that fails the ICRC", len(b))
 				}
 			}
 			s.release()

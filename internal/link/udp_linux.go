@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -133,6 +134,8 @@ type UDP struct {
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 	sh  *sameHost  // nil: no same-host path (UDPConfig.SameHost)
+
+	deferICRC atomic.Bool // ICRCDeferrer.DeferICRC was called
 
 	writeMu sync.Mutex
 	wr      *mmsg       // guarded by writeMu
@@ -428,7 +431,7 @@ func (u *UDP) readSocket(pkts []Packet, wait, lend bool) (int, error) {
 				pkts[n].Buf, pkts[i].Buf = pkts[i].Buf, pkts[n].Buf[:cap(pkts[n].Buf)]
 				pkts[n].Peer, pkts[n].CE = pkts[i].Peer, pkts[i].CE
 			}
-			pkts[n].SrcPort, pkts[n].Lent = 0, nil
+			pkts[n].SrcPort, pkts[n].Lent, pkts[n].ICRCPending = 0, nil, false
 			n++
 		}
 		u.stats.addRx(&c)
@@ -461,6 +464,13 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 
 // SameHostActive reports whether the link has a same-host channel open
 // to a peer: writes to it cost no system call.
+// DeferICRC implements ICRCDeferrer: lent same-host packets come with their
+// ICRC unchecked.
+func (u *UDP) DeferICRC() { u.deferICRC.Store(true) }
+
+// CountICRCError implements ICRCDeferrer.
+func (u *UDP) CountICRCError() { u.stats.icrcErrors.Add(1) }
+
 func (u *UDP) SameHostActive() bool { return u.sh != nil && u.sh.open.Load() > 0 }
 
 // Interrupt implements Link.Interrupt: an eventfd in the link's epoll set

@@ -64,6 +64,11 @@ type harness struct {
 	now  time.Time
 	// drop decides whether a packet from a (toB) or b is lost.
 	drop func(toB bool, p *wire.Packet) bool
+	// With icrc set, move gives every packet a real ICRC, lets icrc
+	// damage it (after the ICRC) and delivers it with the ICRC check
+	// deferred (wire.Packet.DeferICRC), as a device does for packets
+	// from a same-host peer.
+	icrc func(toB bool, b []byte)
 	sent []wire.Packet // every packet a sent, parsed (for inspection)
 	back []wire.Packet // every packet b sent
 }
@@ -108,9 +113,24 @@ func (h *harness) deliver() {
 
 func (h *harness) move(ps []link.Packet, to *side, toB bool) {
 	for _, p := range ps {
+		var seed uint32
+		if h.icrc != nil {
+			f := wire.IPFields{Src: netip.MustParseAddr("198.18.0.1"), Dst: netip.MustParseAddr("198.18.0.2"),
+				SrcPort: 0xc000, DstPort: wire.UDPPort, FlagsFrag: wire.DF}
+			if !toB {
+				f.Src, f.Dst = f.Dst, f.Src
+			}
+			body := p.Buf[:len(p.Buf)-wire.ICRCLen]
+			wire.PutICRC(p.Buf, f.ICRC(body))
+			h.icrc(toB, p.Buf)
+			seed = f.HeaderCRC(body)
+		}
 		var pkt wire.Packet
 		if err := pkt.Parse(p.Buf); err != nil {
 			h.t.Fatalf("emitted packet does not parse: %v", err)
+		}
+		if h.icrc != nil {
+			pkt.DeferICRC(seed)
 		}
 		if toB {
 			h.sent = append(h.sent, pkt)

@@ -329,6 +329,12 @@ func (qp *QP) ReceiveFrom(p *wire.Packet, o Origin, now time.Time) {
 	if p.Info.Transport != qp.transport() {
 		return
 	}
+	// A packet whose ICRC the link left to the device (wire.Packet.
+	// DeferICRC) is checked before anything in it is acted on, except a
+	// WRITE that respWrite places in the pass that checks it.
+	if p.ICRCPending() && !qp.placesWhileChecking(p) && !p.CheckICRC() {
+		return
+	}
 	switch p.Info.Class {
 	case wire.ClassRequest:
 		if qp.canReceive() {

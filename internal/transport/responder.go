@@ -155,7 +155,7 @@ func (qp *QP) handleRequest(p *wire.Packet, o Origin) {
 	// IBA 9.7.5.1.5: the opcode must continue the message in progress, or
 	// start a new one.
 	if r.inMsg != !info.Position.IsFirst() || r.inMsg && info.Kind != r.msgKind {
-		qp.responderError(pn, errOpSequence)
+		qp.rejectRequest(p, pn, errOpSequence)
 		return
 	}
 	qp.execute(p, pn)
@@ -174,6 +174,27 @@ func (qp *QP) execute(p *wire.Packet, pn psn.PSN) {
 		qp.respAtomic(p, pn)
 	default: // FLUSH, ATOMIC_WRITE: not offered yet
 		qp.responderError(pn, errUnsupportedOp)
+	}
+}
+
+// placesWhileChecking reports whether respWrite may take p with its ICRC
+// still pending, to check it while placing the payload: an RC WRITE
+// without immediate data, at the expected PSN. Every way such a packet can
+// end other than being placed (rejectRequest) checks the ICRC first, and
+// one that fails is dropped where it would have been placed, before it has
+// any effect: the PSN, the message state and the ACKs move only after the
+// payload is in.
+func (qp *QP) placesWhileChecking(p *wire.Packet) bool {
+	return qp.reliable() && p.Info.Class == wire.ClassRequest && p.Info.Kind == wire.KindWrite &&
+		p.ImmDt == nil && psn.PSN(p.BTH.PSN()) == qp.resp.psn && qp.canReceive()
+}
+
+// rejectRequest is responderError for a request whose ICRC may still be
+// pending (placesWhileChecking): a damaged packet is dropped instead, as
+// if it had never arrived.
+func (qp *QP) rejectRequest(p *wire.Packet, pn psn.PSN, err respError) {
+	if p.CheckICRC() {
+		qp.responderError(pn, err)
 	}
 }
 
@@ -264,7 +285,7 @@ func (qp *QP) placeRecv(p *wire.Packet, pn psn.PSN) bool {
 
 // checkRemote validates an R_Key, address range and rights (IBA 9.7.5.2.4:
 // a violation is a remote access error, and no memory is touched).
-func (qp *QP) checkRemote(pn psn.PSN, rkey uint32, va, n uint64, need memory.Access) ([]byte, *memory.Region, bool) {
+func (qp *QP) checkRemote(p *wire.Packet, pn psn.PSN, rkey uint32, va, n uint64, need memory.Access) ([]byte, *memory.Region, bool) {
 	mr, err := qp.cfg.Mem.Remote(qp.cfg.PD, rkey)
 	if err == nil {
 		var b []byte
@@ -272,7 +293,7 @@ func (qp *QP) checkRemote(pn psn.PSN, rkey uint32, va, n uint64, need memory.Acc
 			return b, mr, true
 		}
 	}
-	qp.responderError(pn, errRKeyViolation)
+	qp.rejectRequest(p, pn, errRKeyViolation)
 	return nil, nil, false
 }
 
@@ -281,14 +302,14 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	r := &qp.resp
 	// IBA 9.7.5.2.2 / rxe check_op_valid: the QP must allow remote writes.
 	if qp.path.Access&memory.AccessRemoteWrite == 0 {
-		qp.responderError(pn, errQPAccess)
+		qp.rejectRequest(p, pn, errQPAccess)
 		return
 	}
 	if p.RETH != nil {
 		r.write, r.writeMR, r.writeOff = nil, nil, 0
 		// IBA 9.7.5.2.2: a zero-length WRITE checks no R_Key.
 		if n := uint64(p.RETH.DMALen()); n > 0 {
-			b, mr, ok := qp.checkRemote(pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteWrite)
+			b, mr, ok := qp.checkRemote(p, pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteWrite)
 			if !ok {
 				return
 			}
@@ -299,13 +320,15 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	last := p.Info.Position.IsLast()
 	if r.writeOff+n > uint64(len(r.write)) || last && r.writeOff+n != uint64(len(r.write)) ||
 		!last && n != uint64(qp.path.MTU) {
-		qp.responderError(pn, errWriteLength)
+		qp.rejectRequest(p, pn, errWriteLength)
 		return
 	}
 	if p.ImmDt != nil && !qp.takeRecv(pn) {
 		return // RNR: nothing placed yet; the requester resends this packet
 	}
-	copy(r.write[r.writeOff:], p.Payload)
+	if !p.CopyPayload(r.write[r.writeOff:]) {
+		return // a deferred ICRC was wrong: dropped, nothing else changed
+	}
 	r.writeOff += n
 	if last && r.writeMR != nil {
 		r.writeMR.NoteRemoteWrite()
@@ -334,7 +357,7 @@ func (qp *QP) respRead(p *wire.Packet, pn psn.PSN) {
 	n := uint64(p.RETH.DMALen())
 	var data []byte
 	if n > 0 {
-		b, _, ok := qp.checkRemote(pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteRead)
+		b, _, ok := qp.checkRemote(p, pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteRead)
 		if !ok {
 			return
 		}

@@ -105,7 +105,7 @@ const DF = 0x4000
 // if present, must be excluded by the caller) sent with these IP and UDP
 // header fields. pkt must hold at least a BTH. It does not allocate.
 func (f *IPFields) ICRC(pkt []byte) uint32 {
-	return fastcrc.Update(f.headerCRC(pkt), pkt[BTHLen:])
+	return fastcrc.Update(f.HeaderCRC(pkt), pkt[BTHLen:])
 }
 
 // ICRCCopy copies pkt (BTH through pad) into dst, which must be at least as
@@ -115,12 +115,14 @@ func (f *IPFields) ICRC(pkt []byte) uint32 {
 // pass this way. It does not allocate.
 func (f *IPFields) ICRCCopy(dst, pkt []byte) uint32 {
 	copy(dst[:BTHLen], pkt)
-	return fastcrc.UpdateCopy(f.headerCRC(pkt), dst[BTHLen:], pkt[BTHLen:])
+	return fastcrc.UpdateCopy(f.HeaderCRC(pkt), dst[BTHLen:], pkt[BTHLen:])
 }
 
-// headerCRC returns the CRC-32 (crc32.Update's form) of the masked IP and
-// UDP headers and pkt's masked BTH, which pkt's ICRC continues.
-func (f *IPFields) headerCRC(pkt []byte) uint32 {
+// HeaderCRC returns the CRC-32 (in crc32.Update's form) of the masked IP
+// and UDP headers and pkt's masked BTH: the start of pkt's ICRC, which
+// Packet.DeferICRC takes to finish the check later. pkt is BTH through
+// pad, as for ICRC.
+func (f *IPFields) HeaderCRC(pkt []byte) uint32 {
 	var buf [maxPrefix]byte
 	n := f.putHeaders(buf[:], len(pkt)+ICRCLen)
 	n += copy(buf[n:n+BTHLen], pkt)

@@ -229,3 +229,55 @@ func byteSize(n int) string {
 	}
 	return strconv.Itoa(n) + "B"
 }
+
+// TestDeferredICRC: a packet whose ICRC check was deferred (DeferICRC with
+// HeaderCRC) passes CopyPayload and CheckICRC with its own bytes, payload
+// copied; with any byte the ICRC covers changed, both report it wrong,
+// once checked it stays checked, and a packet with no check pending copies
+// as copy does.
+func TestDeferredICRC(t *testing.T) {
+	for _, g := range goldenPackets(t) {
+		f := ipFields(&g)
+		raw := bytes.Clone(g.d.Payload)
+		body := raw[:len(raw)-wire.ICRCLen]
+		var p wire.Packet
+		if err := p.Parse(raw); err != nil {
+			t.Fatalf("%s: %v", g.name(), err)
+		}
+		if p.ICRCPending() || !p.CheckICRC() {
+			t.Fatalf("%s: a parsed packet has a check pending or failed", g.name())
+		}
+		p.DeferICRC(f.HeaderCRC(body))
+		dst := make([]byte, len(p.Payload)+3)
+		if !p.CopyPayload(dst) || !bytes.Equal(dst[:len(p.Payload)], p.Payload) || p.ICRCPending() || p.ICRCFailed() {
+			t.Errorf("%s: CopyPayload of an intact packet: wrong result or copy", g.name())
+		}
+		p.Parse(raw)
+		p.DeferICRC(f.HeaderCRC(body))
+		if !p.CheckICRC() || !wire.CheckDeferredICRC(raw, f.HeaderCRC(body)) {
+			t.Errorf("%s: CheckICRC of an intact packet failed", g.name())
+		}
+
+		// Damage in the headers (byte 8 of the BTH, its destination QP) and
+		// in the last byte the ICRC covers.
+		for _, at := range []int{8, len(body) - 1} {
+			bad := bytes.Clone(raw)
+			bad[at] ^= 0x20
+			seed := f.HeaderCRC(bad[:len(body)])
+			for _, copying := range []bool{true, false} {
+				var q wire.Packet
+				if err := q.Parse(bad); err != nil {
+					t.Fatalf("%s: %v", g.name(), err)
+				}
+				q.DeferICRC(seed)
+				ok := q.CheckICRC()
+				if copying {
+					ok = q.CopyPayload(dst)
+				}
+				if ok || !q.ICRCFailed() || q.CheckICRC() || q.CopyPayload(dst) {
+					t.Errorf("%s: byte %d damaged, copying %v: the ICRC passed or did not stay failed", g.name(), at, copying)
+				}
+			}
+		}
+	}
+}

@@ -1,6 +1,10 @@
 package wire
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/goroce/goroce/internal/fastcrc"
+)
 
 // ICRCLen is the length of the invariant CRC that ends every RoCE packet.
 const ICRCLen = 4
@@ -37,6 +41,67 @@ type Packet struct {
 	Pad          []byte
 	ICRC         []byte // the 4 ICRC bytes as on the wire (little-endian CRC-32)
 	Raw          []byte // the whole packet, BTH through ICRC
+
+	// A deferred ICRC check (DeferICRC): the CRC of the headers ahead of
+	// the BTH's end, and the outcome.
+	icrcSeed    uint32
+	icrcPending bool
+	icrcBad     bool
+}
+
+// DeferICRC marks p's ICRC as not yet checked. seed is IPFields.HeaderCRC
+// of p.Raw with the fields it arrived with. The check then runs in
+// CopyPayload, which places the payload in the same pass, or in CheckICRC.
+// Code that acts on a packet with a pending ICRC must check it first: a
+// packet with a wrong ICRC is dropped without effect (IBA 7.8.1, the
+// invariant CRC; rxe_rcv drops it when rxe_icrc_check fails), so nothing
+// in it may be believed before. Call it after Parse, which clears it.
+func (p *Packet) DeferICRC(seed uint32) { p.icrcSeed, p.icrcPending = seed, true }
+
+// ICRCPending reports whether p's ICRC is still to be checked.
+func (p *Packet) ICRCPending() bool { return p.icrcPending }
+
+// ICRCFailed reports whether a deferred check found p's ICRC wrong.
+func (p *Packet) ICRCFailed() bool { return p.icrcBad }
+
+// CheckICRC runs a pending ICRC check and reports whether the ICRC is
+// right; it is true at once when none is pending.
+func (p *Packet) CheckICRC() bool {
+	if !p.icrcPending {
+		return !p.icrcBad
+	}
+	p.icrcPending = false
+	p.icrcBad = !CheckDeferredICRC(p.Raw, p.icrcSeed)
+	return !p.icrcBad
+}
+
+// CheckDeferredICRC reports whether pkt (BTH through ICRC) carries a right
+// ICRC, given seed, IPFields.HeaderCRC of pkt: Packet.CheckICRC for a
+// packet not parsed.
+func CheckDeferredICRC(pkt []byte, seed uint32) bool {
+	return fastcrc.Update(seed, pkt[BTHLen:len(pkt)-ICRCLen]) == StoredICRC(pkt)
+}
+
+// CopyPayload copies Payload into dst, which must be at least as long, and
+// reports whether the ICRC is right. A pending ICRC is checked in the same
+// pass over the payload (fastcrc.UpdateCopy): a packet that is both checked
+// and placed is read once. When it reports false, dst[:len(Payload)] holds
+// the damaged payload; the caller drops the packet. The caller places only
+// into memory the packet's (possibly damaged) headers may reach, and only
+// on a path where no damage can happen in flight (see verbs: the same-host
+// path).
+func (p *Packet) CopyPayload(dst []byte) bool {
+	if !p.icrcPending {
+		copy(dst, p.Payload)
+		return !p.icrcBad
+	}
+	p.icrcPending = false
+	tail := len(p.Payload) + len(p.Pad) + ICRCLen
+	c := fastcrc.Update(p.icrcSeed, p.Raw[BTHLen:len(p.Raw)-tail])
+	c = fastcrc.UpdateCopy(c, dst, p.Payload)
+	c = fastcrc.Update(c, p.Pad)
+	p.icrcBad = c != StoredICRC(p.Raw)
+	return !p.icrcBad
 }
 
 // Parse fills p from b, the UDP payload of a RoCEv2 datagram. It checks
