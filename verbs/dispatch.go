@@ -357,6 +357,15 @@ func (p *dispatcher) progress(now int64) int {
 	}
 	p.dev.updateLinkCounters()
 	r.routeAndReturn(n)
+	if p.lastPoll.Load() == 0 {
+		// The reader took the socket back while this turn ran (the
+		// poller was held up for pollGrace between two calls) and has
+		// already flushed what was held then; what this turn held
+		// would wait for the next packet or a retransmission. Either
+		// the reader's flushHeld sees this turn's heldAt, or this load
+		// sees its reset, so one of the two writes it.
+		p.flushHeld(0)
+	}
 	return n
 }
 
