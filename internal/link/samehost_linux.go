@@ -149,6 +149,7 @@ type shmOut struct {
 	doorbell int
 	conn     *net.UnixConn
 	tail     uint64    // the next slot to fill (the producer's own copy)
+	head     uint64    // the consumer's index as last read: slots before it are free
 	retryAt  time.Time // no channel: when to dial again
 }
 
@@ -446,9 +447,17 @@ func (s *sameHost) offer(c *net.UnixConn) (*shmRing, int, error) {
 // ICRC unfilled. u.writeMu is held.
 func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort) int {
 	r := o.ring
-	head := r.u64(shmOffHead).Load()
 	n := 0
-	for ; n < len(pkts) && o.tail-head < shmSlots; n++ {
+	for ; n < len(pkts); n++ {
+		// The consumer's index is read again only when the ring looks
+		// full: the consumer writes it after every batch, and a read of
+		// it per send would move its cache line between the cores every
+		// time (a single-producer ring's cached index).
+		if o.tail-o.head >= shmSlots {
+			if o.head = r.u64(shmOffHead).Load(); o.tail-o.head >= shmSlots {
+				break
+			}
+		}
 		p := &pkts[n]
 		slot := r.slot(o.tail)
 		size := len(p.Buf)
