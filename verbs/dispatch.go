@@ -803,6 +803,11 @@ const eagerBatch = 4
 // eagerBatch: it has same-host channels open.
 func (d *Device) eagerLink() bool { return d.shm != nil && d.shm.SameHostActive() }
 
+// Gathers implements transport.Env: the same-host path copies a payload
+// from the MR straight into the ring (link.Packet.Payload), the socket
+// would copy it once more.
+func (w *worker) Gathers() bool { return w.dev.eagerLink() }
+
 // Fatal implements transport.Env.
 func (w *worker) Fatal(t *transport.QP, _ transport.WCStatus) {
 	if qp := w.qps[t.QPN()]; qp != nil {
@@ -831,7 +836,7 @@ func (w *worker) flush() {
 		n, err := w.dev.link.WriteBatch(w.tx)
 		var bytes uint64
 		for i := range n {
-			bytes += uint64(len(w.tx[i].Buf))
+			bytes += uint64(len(w.tx[i].Buf) + len(w.tx[i].Payload))
 		}
 		w.dev.stats.Add(stats.SentBytes, bytes)
 		w.dev.stats.Add(stats.SentPkts, uint64(n))

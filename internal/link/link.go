@@ -72,6 +72,17 @@ type Packet struct {
 	// dropped and counted in Stats.Oversized.
 	Buf []byte
 
+	// Payload, on write, holds the packet's payload when it is not in
+	// Buf (a gather, as a NIC reads a payload straight from the
+	// registered memory): the packet is then Buf[:Split], Payload,
+	// Buf[Split:] (pad and the ICRC's room). The same-host path copies
+	// the parts into the ring, ICRC computed in the same pass; other
+	// paths first move the payload into Buf, whose capacity must hold
+	// the whole packet. Payload must stay unchanged until WriteBatch
+	// returns. Ignored on read.
+	Payload []byte
+	Split   int
+
 	// Peer is the destination on write and the source on read. IPv4
 	// addresses may be given in their IPv4-mapped IPv6 form; a link reports
 	// them unmapped.
@@ -310,6 +321,31 @@ func sendFields(src, dst netip.AddrPort) wire.IPFields {
 		SrcPort: src.Port(), DstPort: dst.Port(),
 		ID: 0, FlagsFrag: wire.DF,
 	}
+}
+
+// size is the length of the packet p holds, gathered or not.
+func (p *Packet) size() int { return len(p.Buf) + len(p.Payload) }
+
+// sizeOK reports whether p (gathered or not) is a packet a link sends:
+// minPacket to MaxPacket bytes, and a gathered payload placed after a
+// whole BTH and before the ICRC's room.
+func (p *Packet) sizeOK() bool {
+	n := p.size()
+	return n >= minPacket && n <= MaxPacket &&
+		(p.Payload == nil || p.Split >= wire.BTHLen && p.Split <= len(p.Buf)-wire.ICRCLen)
+}
+
+// flatten moves a gathered payload (Packet.Payload) into Buf. A packet
+// that is not sizeOK, or whose Buf cannot hold it, is left as it is: the
+// link's checks refuse it (ErrPacketSize).
+func flatten(p *Packet) {
+	if p.Payload == nil || !p.sizeOK() || p.size() > cap(p.Buf) {
+		return
+	}
+	b := p.Buf[:p.size()]
+	copy(b[p.Split+len(p.Payload):], p.Buf[p.Split:]) // the tail first: the ranges overlap
+	copy(b[p.Split:], p.Payload)
+	p.Buf, p.Payload, p.Split = b, nil, 0
 }
 
 // putICRC fills the ICRC of pkt (BTH through ICRC, len >= minPacket).

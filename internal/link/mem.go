@@ -141,6 +141,7 @@ func (l *memLink) WriteBatch(pkts []Packet) (int, error) {
 	var bytes uint64
 	for i := range pkts {
 		p := &pkts[i]
+		flatten(p)
 		if err := l.check(p); err != nil {
 			l.stats.addTx(uint64(i), bytes, err)
 			return i, err
@@ -218,7 +219,7 @@ func (l *memLink) check(p *Packet) error {
 	switch {
 	case l.closed():
 		return net.ErrClosed
-	case len(p.Buf) < minPacket || len(p.Buf) > MaxPacket:
+	case !p.sizeOK() || p.Payload != nil: // flattened, if it could be
 		return ErrPacketSize
 	case plain(p.Peer) != l.peer:
 		return ErrUnknownPeer

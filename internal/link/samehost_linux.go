@@ -460,7 +460,7 @@ func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort) int {
 		}
 		p := &pkts[n]
 		slot := r.slot(o.tail)
-		size := len(p.Buf)
+		size := p.size()
 		binary.LittleEndian.PutUint32(slot, uint32(size))
 		sport := p.SrcPort
 		if sport == 0 {
@@ -469,8 +469,13 @@ func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort) int {
 		binary.LittleEndian.PutUint16(slot[4:], sport)
 		f := sendFields(netip.AddrPortFrom(laddr.Addr(), sport), o.peer)
 		pkt := slot[shmSlotHdr : shmSlotHdr+size]
-		body := size - wire.ICRCLen
-		wire.PutICRC(pkt, f.ICRCCopy(pkt[:body], p.Buf[:body]))
+		body := pkt[:size-wire.ICRCLen]
+		if p.Payload == nil {
+			wire.PutICRC(pkt, f.ICRCCopy(body, p.Buf[:len(p.Buf)-wire.ICRCLen]))
+		} else {
+			// Headers, the payload from where it lies (the MR), pad.
+			wire.PutICRC(pkt, f.ICRCCopyParts(body, p.Buf[:p.Split], p.Payload, p.Buf[p.Split:len(p.Buf)-wire.ICRCLen]))
+		}
 		o.tail++
 	}
 	if n > 0 {

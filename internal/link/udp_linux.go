@@ -578,7 +578,7 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 				end = i
 				break
 			}
-			bytes += uint64(len(p.Buf))
+			bytes += uint64(p.size())
 		}
 		n := o.send(pkts[done:end], u.laddr)
 		if n < end-done {
@@ -624,6 +624,9 @@ func (u *UDP) waitRing(o *shmOut, pkts []Packet) int {
 
 // writeSocket is WriteBatch over the socket; u.writeMu is held.
 func (u *UDP) writeSocket(pkts []Packet) (int, error) {
+	for i := range pkts {
+		flatten(&pkts[i])
+	}
 	sent, bytes := 0, uint64(0)
 	var err error
 	for sent < len(pkts) && err == nil {
@@ -636,7 +639,10 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 		}
 		cnt := 0
 		for sent+cnt < len(pkts) && cnt < MaxBatch && pkts[sent+cnt].SrcPort == pkts[sent].SrcPort {
-			if err = u.check(&pkts[sent+cnt], src); err != nil {
+			if err = u.check(&pkts[sent+cnt], src); err == nil && pkts[sent+cnt].Payload != nil {
+				err = ErrPacketSize // still gathered: flatten found it bad
+			}
+			if err != nil {
 				break
 			}
 			cnt++
@@ -677,7 +683,7 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 
 // check returns why p cannot be sent from src, or nil.
 func (u *UDP) check(p *Packet, src netip.AddrPort) error {
-	if len(p.Buf) < minPacket || len(p.Buf) > MaxPacket {
+	if !p.sizeOK() {
 		return ErrPacketSize
 	}
 	if p.Peer.Addr().Unmap().Is4() != src.Addr().Is4() {

@@ -18,6 +18,9 @@ const faultChunk = MaxBatch / 2
 // sendmmsg, grouped by source port. Packets the stage drops or holds count
 // as sent.
 func (u *UDP) writeFault(pkts []Packet) (int, error) {
+	for i := range pkts {
+		flatten(&pkts[i])
+	}
 	done, bytes := 0, uint64(0)
 	var err error
 	for done < len(pkts) && err == nil {
@@ -62,7 +65,7 @@ func (u *UDP) writeFault(pkts []Packet) (int, error) {
 // prepareFault checks p, fills its ICRC for the port it will leave from,
 // and returns that source address.
 func (u *UDP) prepareFault(p *Packet) (netip.AddrPort, error) {
-	if len(p.Buf) < minPacket || len(p.Buf) > MaxPacket {
+	if !p.sizeOK() || p.Payload != nil { // flattened, if it could be
 		return netip.AddrPort{}, ErrPacketSize
 	}
 	dst := plain(p.Peer)

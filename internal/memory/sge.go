@@ -49,6 +49,19 @@ func (t *Table) Scatter(pd uint32, sgl []SGE, off uint64, src []byte) (int, erro
 	return t.copySGL(pd, sgl, off, src, true)
 }
 
+// Slice returns bytes [off, off+n) of sgl's concatenation as a slice of
+// the registered memory, checked as Gather checks it, when they lie in one
+// SGE; nil (and no error) when they span more. A packet's payload can
+// then be sent from where it lies instead of a copy.
+func (t *Table) Slice(pd uint32, sgl []SGE, off uint64, n int) ([]byte, error) {
+	var buf [1][]byte
+	pieces, more, err := t.collect(pd, sgl, off, uint64(n), false, buf[:0])
+	if err != nil || more || len(pieces) != 1 {
+		return nil, err
+	}
+	return pieces[0], nil
+}
+
 // copySGL copies between b and bytes [off, off+len(b)) of sgl's
 // concatenation, checking all pieces first. When the range spans more
 // than maxPieces SGEs it copies in rounds; a round after the first fails

@@ -17,13 +17,15 @@ import (
 // duplicate), and time is a variable the test advances.
 
 type fakeEnv struct {
-	out   []link.Packet
-	fatal []WCStatus
+	out    []link.Packet
+	fatal  []WCStatus
+	gather bool // Gathers: emitted packets may carry link.Packet.Payload
 }
 
 func (e *fakeEnv) Buffer() []byte           { return make([]byte, 0, link.MaxPacket) }
 func (e *fakeEnv) Emit(p link.Packet)       { e.out = append(e.out, p) }
 func (e *fakeEnv) Fatal(_ *QP, s WCStatus)  { e.fatal = append(e.fatal, s) }
+func (e *fakeEnv) Gathers() bool            { return e.gather }
 func (e *fakeEnv) take() (ps []link.Packet) { ps, e.out = e.out, nil; return ps }
 
 type fakeCQ struct{ wcs []WC }
@@ -68,9 +70,10 @@ type harness struct {
 	// damage it (after the ICRC) and delivers it with the ICRC check
 	// deferred (wire.Packet.DeferICRC), as a device does for packets
 	// from a same-host peer.
-	icrc func(toB bool, b []byte)
-	sent []wire.Packet // every packet a sent, parsed (for inspection)
-	back []wire.Packet // every packet b sent
+	icrc     func(toB bool, b []byte)
+	gathered int           // packets emitted with a gathered payload
+	sent     []wire.Packet // every packet a sent, parsed (for inspection)
+	back     []wire.Packet // every packet b sent
 }
 
 func newHarness(t *testing.T, mtu int, edit func(pa, pb *Path)) *harness {
@@ -113,6 +116,13 @@ func (h *harness) deliver() {
 
 func (h *harness) move(ps []link.Packet, to *side, toB bool) {
 	for _, p := range ps {
+		if p.Payload != nil {
+			// A gathered payload (Env.Gathers): the packet as the link
+			// puts it together.
+			b := append(append(append([]byte(nil), p.Buf[:p.Split]...), p.Payload...), p.Buf[p.Split:]...)
+			p = link.Packet{Buf: b, Peer: p.Peer, SrcPort: p.SrcPort}
+			h.gathered++
+		}
 		var seed uint32
 		if h.icrc != nil {
 			f := wire.IPFields{Src: netip.MustParseAddr("198.18.0.1"), Dst: netip.MustParseAddr("198.18.0.2"),

@@ -61,6 +61,10 @@ type Env interface {
 	Emit(p link.Packet)
 	// Fatal reports that the QP moved itself to the error state.
 	Fatal(qp *QP, status WCStatus)
+	// Gathers reports whether the link can send a payload from where it
+	// lies (link.Packet.Payload) without copying it twice: the QP then
+	// emits payloads that way when it can.
+	Gathers() bool
 }
 
 // CQ receives completions.
@@ -453,6 +457,12 @@ func wcOpcodeOf(o WROpcode) WCOpcode {
 // emit hands a built packet to the device, addressed to the peer.
 func (qp *QP) emit(b []byte) {
 	qp.env.Emit(link.Packet{Buf: b, Peer: qp.path.Peer, SrcPort: qp.path.SrcPort})
+}
+
+// emitGather hands over a packet whose payload stays in registered memory:
+// b holds its headers (split bytes), then pad and the ICRC's room.
+func (qp *QP) emitGather(b []byte, split int, payload []byte) {
+	qp.env.Emit(link.Packet{Buf: b, Split: split, Payload: payload, Peer: qp.path.Peer, SrcPort: qp.path.SrcPort})
 }
 
 // Debug describes the QP's transport state in one line, for diagnosing a

@@ -218,21 +218,36 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 	n := int(payload)
 	b := qp.env.Buffer()[:wire.BuildLen(h.BTH.Opcode, n)]
 	hdr := h.Encode(b)
+	wire.BTH(b).SetPadCount(wire.PadCount(n))
+	var src []byte // the payload in the MR, sent from there (Env.Gathers)
 	if n > 0 {
-		dst := b[hdr : hdr+n]
-		if len(w.inline) > 0 {
-			copy(dst, w.inline[r.offset:])
-		} else if _, err := qp.cfg.Mem.Gather(qp.cfg.PD, w.sgl, r.offset, dst); err != nil {
+		var err error
+		switch {
+		case len(w.inline) > 0:
+			copy(b[hdr:hdr+n], w.inline[r.offset:])
+		case qp.env.Gathers():
+			src, err = qp.cfg.Mem.Slice(qp.cfg.PD, w.sgl, r.offset, n)
+			if err == nil && src == nil { // more than one SGE
+				_, err = qp.cfg.Mem.Gather(qp.cfg.PD, w.sgl, r.offset, b[hdr:hdr+n])
+			}
+		default:
+			_, err = qp.cfg.Mem.Gather(qp.cfg.PD, w.sgl, r.offset, b[hdr:hdr+n])
+		}
+		if err != nil {
 			// IBA 10.7.3.3: a bad local key or address is a local protection error.
 			w.failed = WCLocProtErr
 			w.sent, w.acked = true, true
 			return false
 		}
 	}
-	pad := wire.PadCount(n)
-	wire.BTH(b).SetPadCount(pad)
-	clear(b[hdr+n:])
-	qp.emit(b)
+	if src != nil {
+		b = b[:len(b)-n]
+		clear(b[hdr:])
+		qp.emitGather(b, hdr, src)
+	} else {
+		clear(b[hdr+n:])
+		qp.emit(b)
+	}
 
 	switch w.wr.Opcode {
 	case WRRDMARead:

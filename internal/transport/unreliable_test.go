@@ -264,6 +264,7 @@ type reuseEnv struct{ buf []byte }
 func (e *reuseEnv) Buffer() []byte      { return e.buf[:0] }
 func (e *reuseEnv) Emit(link.Packet)    {}
 func (e *reuseEnv) Fatal(*QP, WCStatus) {}
+func (e *reuseEnv) Gathers() bool       { return false }
 
 // TestUDNetworkHeaderUnknownDst: a packet whose destination the link did
 // not report still gets a well-formed header.

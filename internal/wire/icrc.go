@@ -118,14 +118,29 @@ func (f *IPFields) ICRCCopy(dst, pkt []byte) uint32 {
 	return fastcrc.UpdateCopy(f.HeaderCRC(pkt), dst[BTHLen:], pkt[BTHLen:])
 }
 
+// ICRCCopyParts is ICRCCopy for a packet given in three parts, head
+// (starting with the whole BTH), payload and tail, copied one after the
+// other into dst: a packet whose payload is gathered from where it lies.
+func (f *IPFields) ICRCCopyParts(dst, head, payload, tail []byte) uint32 {
+	c := f.headerCRC(head, len(head)+len(payload)+len(tail))
+	copy(dst[:BTHLen], head)
+	c = fastcrc.UpdateCopy(c, dst[BTHLen:len(head)], head[BTHLen:])
+	c = fastcrc.UpdateCopy(c, dst[len(head):], payload)
+	return fastcrc.UpdateCopy(c, dst[len(head)+len(payload):], tail)
+}
+
 // HeaderCRC returns the CRC-32 (in crc32.Update's form) of the masked IP
 // and UDP headers and pkt's masked BTH: the start of pkt's ICRC, which
 // Packet.DeferICRC takes to finish the check later. pkt is BTH through
 // pad, as for ICRC.
-func (f *IPFields) HeaderCRC(pkt []byte) uint32 {
+func (f *IPFields) HeaderCRC(pkt []byte) uint32 { return f.headerCRC(pkt, len(pkt)) }
+
+// headerCRC is HeaderCRC of a packet of n bytes (BTH through pad) that
+// starts with bth.
+func (f *IPFields) headerCRC(bth []byte, n int) uint32 {
 	var buf [maxPrefix]byte
-	n := f.putHeaders(buf[:], len(pkt)+ICRCLen)
-	n += copy(buf[n:n+BTHLen], pkt)
+	n = f.putHeaders(buf[:], n+ICRCLen)
+	n += copy(buf[n:n+BTHLen], bth)
 	buf[n-BTHLen+4] = 0xff
 	return ^crcFeed(icrcSeed, buf[:n])
 }

@@ -267,6 +267,17 @@ func Build(b []byte, h *Headers, payload []byte) int {
 	return n + pad + ICRCLen
 }
 
+// BuildGather is Build for a payload of n bytes sent from elsewhere
+// (gathered by the link): it writes the headers, pad and ICRC room into b
+// and returns them, the payload's place between headers and pad left out.
+func BuildGather(b []byte, h *Headers, n int) []byte {
+	hdr := h.Encode(b)
+	pad := PadCount(n)
+	BTH(b).SetPadCount(pad)
+	clear(b[hdr : hdr+pad+ICRCLen])
+	return b[:hdr+pad+ICRCLen]
+}
+
 // BuildLen returns the length Build produces for the opcode and payload length.
 func BuildLen(o Opcode, payloadLen int) int {
 	return o.Info().HdrLen + payloadLen + PadCount(payloadLen) + ICRCLen
