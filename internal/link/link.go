@@ -326,20 +326,22 @@ func sendFields(src, dst netip.AddrPort) wire.IPFields {
 // size is the length of the packet p holds, gathered or not.
 func (p *Packet) size() int { return len(p.Buf) + len(p.Payload) }
 
-// sizeOK reports whether p (gathered or not) is a packet a link sends:
-// minPacket to MaxPacket bytes, and a gathered payload placed after a
-// whole BTH and before the ICRC's room.
-func (p *Packet) sizeOK() bool {
+// sendable reports whether p is a packet a link sends: minPacket to
+// MaxPacket bytes, and a gathered payload placed after a whole BTH and
+// before the ICRC's room. A path that cannot gather (gather false) takes
+// only packets with their payload in Buf, which flatten leaves every
+// packet it can put together.
+func (p *Packet) sendable(gather bool) bool {
 	n := p.size()
 	return n >= minPacket && n <= MaxPacket &&
-		(p.Payload == nil || p.Split >= wire.BTHLen && p.Split <= len(p.Buf)-wire.ICRCLen)
+		(p.Payload == nil || gather && p.Split >= wire.BTHLen && p.Split <= len(p.Buf)-wire.ICRCLen)
 }
 
 // flatten moves a gathered payload (Packet.Payload) into Buf. A packet
-// that is not sizeOK, or whose Buf cannot hold it, is left as it is: the
-// link's checks refuse it (ErrPacketSize).
+// that is not sendable, or whose Buf cannot hold it, is left as it is:
+// the link's checks refuse it (ErrPacketSize).
 func flatten(p *Packet) {
-	if p.Payload == nil || !p.sizeOK() || p.size() > cap(p.Buf) {
+	if p.Payload == nil || !p.sendable(true) || p.size() > cap(p.Buf) {
 		return
 	}
 	b := p.Buf[:p.size()]

@@ -219,7 +219,7 @@ func (l *memLink) check(p *Packet) error {
 	switch {
 	case l.closed():
 		return net.ErrClosed
-	case !p.sizeOK() || p.Payload != nil: // flattened, if it could be
+	case !p.sendable(false):
 		return ErrPacketSize
 	case plain(p.Peer) != l.peer:
 		return ErrUnknownPeer

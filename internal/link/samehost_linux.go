@@ -443,8 +443,9 @@ func (s *sameHost) offer(c *net.UnixConn) (*shmRing, int, error) {
 // send puts the packets (checked, sent from laddr or their SrcPort) into
 // o's ring and returns how many went in; the rest did not fit. Each packet
 // is copied into its slot and its ICRC computed in the same pass
-// (wire.IPFields.ICRCCopy), into the slot only: Buf keeps its room for the
-// ICRC unfilled. u.writeMu is held.
+// (wire.IPFields.ICRCCopy), a gathered payload (Packet.Payload) taken
+// from where it lies; the ICRC goes into the slot only, Buf keeps its
+// room for it unfilled. u.writeMu is held.
 func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort) int {
 	r := o.ring
 	n := 0
@@ -469,13 +470,12 @@ func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort) int {
 		binary.LittleEndian.PutUint16(slot[4:], sport)
 		f := sendFields(netip.AddrPortFrom(laddr.Addr(), sport), o.peer)
 		pkt := slot[shmSlotHdr : shmSlotHdr+size]
-		body := pkt[:size-wire.ICRCLen]
+		split := p.Split // headers, then the payload from where it lies, then pad
 		if p.Payload == nil {
-			wire.PutICRC(pkt, f.ICRCCopy(body, p.Buf[:len(p.Buf)-wire.ICRCLen]))
-		} else {
-			// Headers, the payload from where it lies (the MR), pad.
-			wire.PutICRC(pkt, f.ICRCCopyParts(body, p.Buf[:p.Split], p.Payload, p.Buf[p.Split:len(p.Buf)-wire.ICRCLen]))
+			split = len(p.Buf) - wire.ICRCLen // the whole packet in Buf
 		}
+		tail := p.Buf[split : len(p.Buf)-wire.ICRCLen]
+		wire.PutICRC(pkt, f.ICRCCopy(pkt[:size-wire.ICRCLen], p.Buf[:split], p.Payload, tail))
 		o.tail++
 	}
 	if n > 0 {

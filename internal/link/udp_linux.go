@@ -462,8 +462,6 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 	}
 }
 
-// SameHostActive reports whether the link has a same-host channel open
-// to a peer: writes to it cost no system call.
 // DeferICRC implements ICRCDeferrer: lent same-host packets come with their
 // ICRC unchecked.
 func (u *UDP) DeferICRC() { u.deferICRC.Store(true) }
@@ -471,6 +469,8 @@ func (u *UDP) DeferICRC() { u.deferICRC.Store(true) }
 // CountICRCError implements ICRCDeferrer.
 func (u *UDP) CountICRCError() { u.stats.icrcErrors.Add(1) }
 
+// SameHostActive reports whether the link has a same-host channel open
+// to a peer: writes to it cost no system call.
 func (u *UDP) SameHostActive() bool { return u.sh != nil && u.sh.open.Load() > 0 }
 
 // Interrupt implements Link.Interrupt: an eventfd in the link's epoll set
@@ -574,7 +574,7 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 		var bytes uint64
 		for i := done; i < end; i++ {
 			p := &pkts[i]
-			if err = u.check(p, u.laddr); err != nil {
+			if err = u.check(p, u.laddr, true); err != nil {
 				end = i
 				break
 			}
@@ -639,10 +639,7 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 		}
 		cnt := 0
 		for sent+cnt < len(pkts) && cnt < MaxBatch && pkts[sent+cnt].SrcPort == pkts[sent].SrcPort {
-			if err = u.check(&pkts[sent+cnt], src); err == nil && pkts[sent+cnt].Payload != nil {
-				err = ErrPacketSize // still gathered: flatten found it bad
-			}
-			if err != nil {
+			if err = u.check(&pkts[sent+cnt], src, false); err != nil {
 				break
 			}
 			cnt++
@@ -681,9 +678,10 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 	return sent, err
 }
 
-// check returns why p cannot be sent from src, or nil.
-func (u *UDP) check(p *Packet, src netip.AddrPort) error {
-	if !p.sizeOK() {
+// check returns why p cannot be sent from src, or nil; gather says
+// whether the path takes a gathered payload (Packet.sendable).
+func (u *UDP) check(p *Packet, src netip.AddrPort, gather bool) error {
+	if !p.sendable(gather) {
 		return ErrPacketSize
 	}
 	if p.Peer.Addr().Unmap().Is4() != src.Addr().Is4() {

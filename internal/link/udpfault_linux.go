@@ -65,7 +65,7 @@ func (u *UDP) writeFault(pkts []Packet) (int, error) {
 // prepareFault checks p, fills its ICRC for the port it will leave from,
 // and returns that source address.
 func (u *UDP) prepareFault(p *Packet) (netip.AddrPort, error) {
-	if !p.sizeOK() || p.Payload != nil { // flattened, if it could be
+	if !p.sendable(false) {
 		return netip.AddrPort{}, ErrPacketSize
 	}
 	dst := plain(p.Peer)

@@ -84,7 +84,7 @@ func FuzzICRCOfIP(f *testing.F) {
 			t.Fatalf("fields form %08x, IP form %08x", got, computed)
 		}
 		dst := make([]byte, len(body))
-		if got := fields.ICRCCopy(dst, body); got != computed || !bytes.Equal(dst, body) {
+		if got := fields.ICRCCopy(dst, body, nil, nil); got != computed || !bytes.Equal(dst, body) {
 			t.Fatalf("copying form %08x, IP form %08x, or the copy differs", got, computed)
 		}
 	})

@@ -64,12 +64,17 @@ func crcFeed(r uint32, p []byte) uint32 {
 }
 
 // icrcWith finishes the ICRC: prefix holds the masked IP and UDP headers
-// followed by the packet's BTH, whose byte 4 it masks; the rest of pkt
-// follows.
+// followed by the packet's BTH; the rest of pkt follows.
 func icrcWith(prefix []byte, pkt []byte) uint32 {
+	return fastcrc.Update(prefixCRC(prefix), pkt[BTHLen:])
+}
+
+// prefixCRC returns the CRC-32 (in crc32.Update's form) of prefix, the
+// masked IP and UDP headers followed by a BTH, whose byte 4 (FECN, BECN,
+// resv6a) it masks.
+func prefixCRC(prefix []byte) uint32 {
 	prefix[len(prefix)-BTHLen+4] = 0xff
-	r := crcFeed(icrcSeed, prefix)
-	return fastcrc.Update(^r, pkt[BTHLen:])
+	return ^crcFeed(icrcSeed, prefix)
 }
 
 // Errors returned by the ICRC functions.
@@ -108,20 +113,14 @@ func (f *IPFields) ICRC(pkt []byte) uint32 {
 	return fastcrc.Update(f.HeaderCRC(pkt), pkt[BTHLen:])
 }
 
-// ICRCCopy copies pkt (BTH through pad) into dst, which must be at least as
-// long, and returns pkt's ICRC as ICRC does, reading pkt once: the copy
-// rides on the CRC's loads (fastcrc.UpdateCopy). A link that sends through
-// memory it shares with the receiver fills a slot and checksums it in one
-// pass this way. It does not allocate.
-func (f *IPFields) ICRCCopy(dst, pkt []byte) uint32 {
-	copy(dst[:BTHLen], pkt)
-	return fastcrc.UpdateCopy(f.HeaderCRC(pkt), dst[BTHLen:], pkt[BTHLen:])
-}
-
-// ICRCCopyParts is ICRCCopy for a packet given in three parts, head
-// (starting with the whole BTH), payload and tail, copied one after the
-// other into dst: a packet whose payload is gathered from where it lies.
-func (f *IPFields) ICRCCopyParts(dst, head, payload, tail []byte) uint32 {
+// ICRCCopy copies a packet (BTH through pad) given in three parts, head
+// (at least the whole BTH), payload and tail (pad), one after the other
+// into dst, and returns the packet's ICRC as ICRC does. It reads each part
+// once: the copy rides on the CRC's loads (fastcrc.UpdateCopy). A link
+// that sends through memory it shares with the receiver fills a slot and
+// checksums it in one pass this way, the payload taken from where it lies
+// (a gather) or in head with the rest. It does not allocate.
+func (f *IPFields) ICRCCopy(dst, head, payload, tail []byte) uint32 {
 	c := f.headerCRC(head, len(head)+len(payload)+len(tail))
 	copy(dst[:BTHLen], head)
 	c = fastcrc.UpdateCopy(c, dst[BTHLen:len(head)], head[BTHLen:])
@@ -141,8 +140,7 @@ func (f *IPFields) headerCRC(bth []byte, n int) uint32 {
 	var buf [maxPrefix]byte
 	n = f.putHeaders(buf[:], n+ICRCLen)
 	n += copy(buf[n:n+BTHLen], bth)
-	buf[n-BTHLen+4] = 0xff
-	return ^crcFeed(icrcSeed, buf[:n])
+	return prefixCRC(buf[:n])
 }
 
 // putHeaders writes the masked IP and UDP headers of a datagram whose UDP
