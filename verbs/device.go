@@ -278,7 +278,12 @@ func Open(cfg Config) (*Device, error) {
 		d.link = l
 	}
 	d.shm, _ = d.link.(interface{ SameHostActive() bool })
-	d.icrc, _ = d.link.(link.ICRCDeferrer)
+	if d.icrc, _ = d.link.(link.ICRCDeferrer); d.icrc != nil {
+		// The transport checks such packets while it places their
+		// payload (wire.Packet.CopyPayload), and all others before it
+		// acts on them.
+		d.icrc.DeferICRC()
+	}
 	d.window.Store(sendWindow(0))
 	d.disp = newDispatcher(d, cfg.Workers)
 	return d, nil

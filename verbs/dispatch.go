@@ -152,8 +152,7 @@ func (p *dispatcher) readLink(l link.Link, group netip.Addr) {
 type router struct {
 	p       *dispatcher
 	link    link.Link
-	lender  link.Lender       // link, if it lends packets; else nil
-	icrc    link.ICRCDeferrer // link, if it leaves the ICRC of lent packets to the device; else nil
+	lender  link.Lender // link, if it lends packets; else nil
 	pkts    [link.MaxBatch]link.Packet
 	batches []*rxBatch // per worker, the batch being filled
 	group   netip.Addr // the multicast group read, or the zero Addr
@@ -172,13 +171,6 @@ func (p *dispatcher) newRouter(l link.Link, group netip.Addr) *router {
 		r.dst = group
 	}
 	r.lender, _ = l.(link.Lender)
-	if d, ok := l.(link.ICRCDeferrer); ok {
-		// The transport checks such packets while it places their
-		// payload (wire.Packet.CopyPayload), and all others before it
-		// acts on them.
-		d.DeferICRC()
-		r.icrc = d
-	}
 	return r
 }
 
@@ -294,7 +286,7 @@ func (r *router) intact(p *link.Packet) bool {
 	if !p.ICRCPending || p.Lent == nil || wire.CheckDeferredICRC(p.Lent, p.ICRCSeed) {
 		return true
 	}
-	r.icrc.CountICRCError()
+	r.p.dev.icrc.CountICRCError()
 	return false
 }
 

@@ -459,9 +459,10 @@ func (qp *QP) emit(b []byte) {
 	qp.env.Emit(link.Packet{Buf: b, Peer: qp.path.Peer, SrcPort: qp.path.SrcPort})
 }
 
-// emitGather hands over a packet whose payload stays in registered memory:
-// b holds its headers (split bytes), then pad and the ICRC's room.
-func (qp *QP) emitGather(b []byte, split int, payload []byte) {
+// emitGather builds a packet with headers h whose payload stays where it
+// lies in registered memory (link.Packet.Payload) and emits it.
+func (qp *QP) emitGather(h *wire.Headers, payload []byte) {
+	b, split := wire.BuildGather(qp.env.Buffer(), h, len(payload))
 	qp.env.Emit(link.Packet{Buf: b, Split: split, Payload: payload, Peer: qp.path.Peer, SrcPort: qp.path.SrcPort})
 }
 

@@ -164,6 +164,38 @@ func sendOpcode(w *sendWQE, first, last bool) uint8 {
 	return op
 }
 
+// emitPayload builds and emits a packet with headers h and the next n
+// bytes of w's payload: sent from the MR where the device gathers
+// (Env.Gathers) and the bytes lie in one SGE, copied into the packet
+// otherwise. It returns false if the SGL fails its checks.
+func (qp *QP) emitPayload(w *sendWQE, h *wire.Headers, n int) bool {
+	off := qp.req.offset
+	if n > 0 && len(w.inline) == 0 && qp.env.Gathers() {
+		src, err := qp.cfg.Mem.Slice(qp.cfg.PD, w.sgl, off, n)
+		if err != nil {
+			return false
+		}
+		if src != nil {
+			qp.emitGather(h, src)
+			return true
+		}
+	}
+	b := qp.env.Buffer()[:wire.BuildLen(h.BTH.Opcode, n)]
+	hdr := h.Encode(b)
+	if n > 0 {
+		dst := b[hdr : hdr+n]
+		if len(w.inline) > 0 {
+			copy(dst, w.inline[off:])
+		} else if _, err := qp.cfg.Mem.Gather(qp.cfg.PD, w.sgl, off, dst); err != nil {
+			return false
+		}
+	}
+	wire.BTH(b).SetPadCount(wire.PadCount(n))
+	clear(b[hdr+n:])
+	qp.emit(b)
+	return true
+}
+
 // sendPacket builds and emits the next packet of w. It returns false if
 // the WQE failed locally (its status is set and the completer reports it).
 func (qp *QP) sendPacket(w *sendWQE) bool {
@@ -215,38 +247,11 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 		r.noackPkts = 0
 	}
 
-	n := int(payload)
-	b := qp.env.Buffer()[:wire.BuildLen(h.BTH.Opcode, n)]
-	hdr := h.Encode(b)
-	wire.BTH(b).SetPadCount(wire.PadCount(n))
-	var src []byte // the payload in the MR, sent from there (Env.Gathers)
-	if n > 0 {
-		var err error
-		switch {
-		case len(w.inline) > 0:
-			copy(b[hdr:hdr+n], w.inline[r.offset:])
-		case qp.env.Gathers():
-			src, err = qp.cfg.Mem.Slice(qp.cfg.PD, w.sgl, r.offset, n)
-			if err == nil && src == nil { // more than one SGE
-				_, err = qp.cfg.Mem.Gather(qp.cfg.PD, w.sgl, r.offset, b[hdr:hdr+n])
-			}
-		default:
-			_, err = qp.cfg.Mem.Gather(qp.cfg.PD, w.sgl, r.offset, b[hdr:hdr+n])
-		}
-		if err != nil {
-			// IBA 10.7.3.3: a bad local key or address is a local protection error.
-			w.failed = WCLocProtErr
-			w.sent, w.acked = true, true
-			return false
-		}
-	}
-	if src != nil {
-		b = b[:len(b)-n]
-		clear(b[hdr:])
-		qp.emitGather(b, hdr, src)
-	} else {
-		clear(b[hdr+n:])
-		qp.emit(b)
+	if !qp.emitPayload(w, &h, int(payload)) {
+		// IBA 10.7.3.3: a bad local key or address is a local protection error.
+		w.failed = WCLocProtErr
+		w.sent, w.acked = true, true
+		return false
 	}
 
 	switch w.wr.Opcode {

@@ -540,13 +540,11 @@ func (qp *QP) sendAck(syndrome uint8, p psn.PSN, msn uint32) {
 // A READ response's payload, a slice of the MR, is sent from there when
 // the device gathers (Env.Gathers).
 func (qp *QP) emitHeaders(h *wire.Headers, payload []byte) {
-	n := len(payload)
-	b := qp.env.Buffer()[:wire.BuildLen(h.BTH.Opcode, n)]
-	if n == 0 || !qp.env.Gathers() {
-		wire.Build(b, h, payload)
-		qp.emit(b)
+	if len(payload) > 0 && qp.env.Gathers() {
+		qp.emitGather(h, payload)
 		return
 	}
-	b = wire.BuildGather(b, h, n)
-	qp.emitGather(b, len(b)-wire.PadCount(n)-wire.ICRCLen, payload)
+	b := qp.env.Buffer()[:wire.BuildLen(h.BTH.Opcode, len(payload))]
+	wire.Build(b, h, payload)
+	qp.emit(b)
 }

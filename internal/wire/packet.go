@@ -269,13 +269,15 @@ func Build(b []byte, h *Headers, payload []byte) int {
 
 // BuildGather is Build for a payload of n bytes sent from elsewhere
 // (gathered by the link): it writes the headers, pad and ICRC room into b
-// and returns them, the payload's place between headers and pad left out.
-func BuildGather(b []byte, h *Headers, n int) []byte {
-	hdr := h.Encode(b)
+// (whose capacity must hold them) and returns them, with the length of the
+// headers: the payload's place, between headers and pad, is left out.
+func BuildGather(b []byte, h *Headers, n int) (_ []byte, hdr int) {
 	pad := PadCount(n)
+	b = b[:h.BTH.Opcode.Info().HdrLen+pad+ICRCLen]
+	hdr = h.Encode(b)
 	BTH(b).SetPadCount(pad)
-	clear(b[hdr : hdr+pad+ICRCLen])
-	return b[:hdr+pad+ICRCLen]
+	clear(b[hdr:])
+	return b, hdr
 }
 
 // BuildLen returns the length Build produces for the opcode and payload length.
