@@ -12,6 +12,16 @@ import (
 	"github.com/goroce/goroce/internal/wire"
 )
 
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 // checkNoLeaks fails the test if it ends with more goroutines than it began.
 func checkNoLeaks(t testing.TB) {
 	t.Helper()

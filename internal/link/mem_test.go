@@ -188,7 +188,11 @@ func TestMemClose(t *testing.T) {
 			}
 			res := make(chan result, 1)
 			go func() { n, err := a.WriteBatch(pkts); res <- result{n, err} }()
-			time.Sleep(20 * time.Millisecond)
+			// Wait until the writer has filled the queue, however
+			// slowly the machine runs it.
+			q := a.(*memLink).tx
+			waitFor(t, "the writer to fill the queue", func() bool { return len(q.full) == memQueueLen })
+			time.Sleep(10 * time.Millisecond) // and is blocked on the next slot
 			select {
 			case r := <-res:
 				t.Fatalf("WriteBatch into a full queue returned %d, %v", r.n, r.err)

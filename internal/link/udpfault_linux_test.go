@@ -68,16 +68,6 @@ func (c *collector) got() []Packet {
 	return slices.Clone(c.pkts)
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 var udpFamilies = []struct{ name, a, b string }{
 	{"IPv4", "127.0.0.1", "127.0.0.2"},
 	{"IPv6", "::1", "::1"},
