@@ -75,7 +75,7 @@ func openPair(t testing.TB, ca, cb Config) (*Device, *Device) {
 var links = []struct {
 	name string
 	open func(testing.TB) (*Device, *Device)
-}{{"mem", newDevices}, {"udp", newUDPDevices}}
+}{{"mem", newDevices}, {"udp", newUDPDevices}, {"samehost", newSameHostDevices}}
 
 func newEndpoint(t testing.TB, d *Device, size int) *endpoint {
 	t.Helper()
@@ -338,10 +338,14 @@ func TestRemoteWritesPolling(t *testing.T) {
 // byte.
 func pingWrite(t *testing.T, from, to *endpoint, i, size int, idle func()) {
 	t.Helper()
+	// Each round sends from a source of its own (as many as fit), as a
+	// program must: the WRITE of an earlier round may not have completed
+	// yet, and its retry reads its source again.
 	const out = 1 << 15
-	from.buf[out+size-1] = byte(i)
+	src := out + i%(out/size)*size
+	from.buf[src+size-1] = byte(i)
 	_, err := from.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-		SGL: []SGE{from.mr.SGE(out, size)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}})
+		SGL: []SGE{from.mr.SGE(src, size)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}})
 	must(t, err)
 	deadline := time.Now().Add(5 * time.Second)
 	for to.mr.RemoteWrites() != uint64(i) {
