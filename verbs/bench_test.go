@@ -10,10 +10,7 @@ import (
 // the allocations per message (the data path must allocate nothing per
 // packet; what remains per message is reported). Run with -benchmem.
 func BenchmarkWrite(b *testing.B) {
-	for _, lk := range append(links[:len(links):len(links)], struct {
-		name string
-		open func(testing.TB) (*Device, *Device)
-	}{"samehost", newSameHostDevices}) {
+	for _, lk := range links {
 		for _, size := range []int{64, 4096, 65536} {
 			b.Run(fmt.Sprintf("%s/%d", lk.name, size), func(b *testing.B) {
 				x, y := pairOn(b, lk.open, 1<<20, MTU4096)
