@@ -201,7 +201,7 @@ func pair(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer)
 }
 
 func pairOnce(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer) (string, error) {
-	port, err := freePort(srv.Addr().Addr())
+	port, err := freePort()
 	if err != nil {
 		return "", err
 	}
@@ -241,8 +241,14 @@ func pairOnce(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Wri
 	return cliOut.String(), nil
 }
 
-func freePort(a netip.Addr) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(a.String(), "0"))
+// freePort returns a TCP port free on every address: the perftest server
+// listens on all of them (perftest's -p), and a port free on the server's
+// address alone may be the source port of a connection on another (the
+// TCP comparison's 1024 connections from the client's address, still
+// closing from the run before, made one run in three of `-q 1024` fail
+// with "address already in use").
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
 		return 0, err
 	}
