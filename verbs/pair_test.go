@@ -50,10 +50,14 @@ func newUDPDevices(t testing.TB) (*Device, *Device) {
 // same-host path (Config.SameHost): their packets go through shared memory.
 func newSameHostDevices(t testing.TB) (*Device, *Device) {
 	t.Helper()
-	n := udpHost.Add(2)
-	a := netip.AddrFrom4([4]byte{127, 0, 1, byte(n - 1)})
-	b := netip.AddrFrom4([4]byte{127, 0, 1, byte(n)})
+	a, b := sameHostAddrs()
 	return openPair(t, Config{Addr: a, SameHost: true}, Config{Addr: b, SameHost: true})
+}
+
+// sameHostAddrs returns two loopback addresses no other test uses.
+func sameHostAddrs() (a, b netip.Addr) {
+	n := udpHost.Add(2)
+	return netip.AddrFrom4([4]byte{127, 0, 1, byte(n - 1)}), netip.AddrFrom4([4]byte{127, 0, 1, byte(n)})
 }
 
 func openPair(t testing.TB, ca, cb Config) (*Device, *Device) {
