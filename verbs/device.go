@@ -208,9 +208,7 @@ type Device struct {
 	pds    uint32
 	nObjs  map[string]int
 
-	qpTable sync.Map     // QPN → *QP, read by the dispatcher without the lock
-	window  atomic.Int32 // the RC send window its QPs share, in PSNs (sendWindow)
-	sending atomic.Int32 // its QPs with packets in flight (QP.sending)
+	qpTable sync.Map // QPN → *QP, read by the dispatcher without the lock
 
 	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
 	mcast  atomic.Pointer[map[netip.Addr][]*QP] // attached QPs per group, for the group readers
@@ -284,7 +282,6 @@ func Open(cfg Config) (*Device, error) {
 		// acts on them.
 		d.icrc.DeferICRC()
 	}
-	d.window.Store(sendWindow(0))
 	d.disp = newDispatcher(d, cfg.Workers)
 	return d, nil
 }

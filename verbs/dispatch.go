@@ -93,6 +93,11 @@ func newDispatcher(d *Device, n int) *dispatcher {
 		w := &worker{dev: d, ch: make(chan event, 1024), quit: make(chan struct{}), exited: make(chan struct{}),
 			qps: map[uint32]*QP{}, timer: time.NewTimer(time.Hour)}
 		w.timer.Stop()
+		w.budget = transport.NewBudget(sendBudget/n, func(t *transport.QP) {
+			if qp := w.qps[t.QPN()]; qp != nil {
+				w.markDirty(qp)
+			}
+		})
 		p.workers = append(p.workers, w)
 		go w.run()
 	}
@@ -473,9 +478,10 @@ type worker struct {
 	tx      []link.Packet
 	held    int // tx[:held] are ACKs held back by a poller's turn (finishTurn)
 	pkt     wire.Packet
-	timers  qpTimers  // QPs with a deadline, earliest first
-	eager   bool      // a post is running inline: write every eagerBatch packets
-	timerAt time.Time // when the timer fires; zero: it is not set
+	timers  qpTimers          // QPs with a deadline, earliest first
+	eager   bool              // a post is running inline: write every eagerBatch packets
+	timerAt time.Time         // when the timer fires; zero: it is not set
+	budget  *transport.Budget // the PSNs its RC QPs may have in flight together
 }
 
 func (w *worker) run() {
@@ -716,7 +722,6 @@ func (w *worker) rearm() {
 // so the heap stays exact at O(log n) per change, and a worker with
 // 100,000 idle QPs does not scan them after every event.
 func (w *worker) track(qp *QP) {
-	w.trackInFlight(qp, qp.t.InFlight())
 	d := qp.t.Deadline()
 	if d.Equal(qp.tAt) && (d.IsZero() == (qp.tIndex == 0)) {
 		return
@@ -731,20 +736,6 @@ func (w *worker) track(qp *QP) {
 	default:
 		heap.Push(&w.timers, qp)
 	}
-}
-
-// trackInFlight counts qp among the device's QPs with packets in flight,
-// or not, and resizes the send window they share (sendWindow).
-func (w *worker) trackInFlight(qp *QP, sending bool) {
-	if qp.sending == sending {
-		return
-	}
-	qp.sending = sending
-	n := int32(1)
-	if !sending {
-		n = -1
-	}
-	w.dev.window.Store(sendWindow(int(w.dev.sending.Add(n))))
 }
 
 // qpTimers is a min-heap of QPs by deadline; QP.tIndex is its index + 1.
@@ -881,7 +872,6 @@ func (w *worker) callQP(qp *QP, fn func()) {
 // forget drops a destroyed QP from the worker.
 func (w *worker) forget(qp *QP) {
 	delete(w.qps, qp.qpn)
-	w.trackInFlight(qp, false)
 	if qp.tIndex > 0 {
 		heap.Remove(&w.timers, qp.tIndex-1)
 	}

@@ -109,6 +109,12 @@ func connect(t testing.TB, a, b *endpoint, mtu MTU) { connectRNR(t, a, b, mtu, 7
 // connectRNR is connect with a's rnr_retry set.
 func connectRNR(t testing.TB, a, b *endpoint, mtu MTU, rnrRetry uint8) {
 	t.Helper()
+	connectPair(t, a, b, mtu, rnrRetry, 14)
+}
+
+// connectPair is connectRNR with both QPs' local ACK timeout set.
+func connectPair(t testing.TB, a, b *endpoint, mtu MTU, rnrRetry, timeout uint8) {
+	t.Helper()
 	psnA, psnB := uint32(0x5a14bc), uint32(0xfffff0) // b's PSNs wrap during the tests
 	for _, s := range []struct {
 		e, peer *endpoint
@@ -126,7 +132,7 @@ func connectRNR(t testing.TB, a, b *endpoint, mtu MTU, rnrRetry uint8) {
 		if s.e == a {
 			rnr = rnrRetry
 		}
-		must(t, qp.Modify(&QPAttr{State: QPSRTS, SQPSN: s.sq, Timeout: 14, RetryCnt: 7, RNRRetry: rnr, MaxRdAtomic: 16},
+		must(t, qp.Modify(&QPAttr{State: QPSRTS, SQPSN: s.sq, Timeout: timeout, RetryCnt: 7, RNRRetry: rnr, MaxRdAtomic: 16},
 			AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic))
 	}
 }

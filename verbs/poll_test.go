@@ -126,63 +126,6 @@ func TestCloseWhilePolled(t *testing.T) {
 	}
 }
 
-// TestSendWindowShare: the device shares its send window budget among its
-// QPs that have packets in flight, between 32 and 512 PSNs each.
-func TestSendWindowShare(t *testing.T) {
-	for _, tc := range []struct{ qps, want int }{{0, 512}, {1, 512}, {4, 512}, {8, 256}, {16, 128}, {64, 32}, {1000, 32}} {
-		if got := sendWindow(tc.qps); int(got) != tc.want {
-			t.Errorf("sendWindow(%d) = %d, want %d", tc.qps, got, tc.want)
-		}
-	}
-	a, b := pair(t, 1<<20, MTU1024)
-	if got := a.dev.window.Load(); got != 512 {
-		t.Errorf("an idle device: window %d, want 512", got)
-	}
-	// Sixteen more QPs that send nothing leave the window alone.
-	var qps []*QP
-	for range 16 {
-		qp, err := a.pd.CreateQP(QPInitAttr{Type: QPTypeRC, SendCQ: a.cq, RecvCQ: a.cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		must(t, err)
-		qps = append(qps, qp)
-	}
-	if got := a.dev.window.Load(); got != 512 {
-		t.Errorf("17 idle QPs: window %d, want 512", got)
-	}
-	// A QP with packets in flight counts; once acknowledged, it does not.
-	_, err := a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
-		SGL: []SGE{a.mr.SGE(0, 1<<19)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
-	must(t, err)
-	wait(t, a.cq, 1)
-	settle(a.dev)
-	if n := a.dev.sending.Load(); n != 0 {
-		t.Errorf("after the WRITE completed: %d QPs counted as sending", n)
-	}
-	for _, qp := range qps {
-		must(t, qp.Destroy())
-	}
-	if got := a.dev.window.Load(); got != 512 {
-		t.Errorf("back to one QP: window %d, want 512", got)
-	}
-}
-
-// TestSendWindowDestroy: a QP destroyed with packets in flight stops
-// counting as a sender.
-func TestSendWindowDestroy(t *testing.T) {
-	a, b := pair(t, 1<<20, MTU1024)
-	b.qp.Modify(&QPAttr{State: QPSErr}, AttrState) // nobody answers: a's packets stay in flight
-	_, err := a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, 1<<16)},
-		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
-	must(t, err)
-	settle(a.dev)
-	if n := a.dev.sending.Load(); n != 1 {
-		t.Fatalf("a QP with a WRITE unanswered: %d senders, want 1", n)
-	}
-	must(t, a.qp.Destroy())
-	if n := a.dev.sending.Load(); n != 0 {
-		t.Errorf("after Destroy: %d senders, want 0", n)
-	}
-}
-
 // TestBusyPollLossy: the WRITE ping-pong of TestBusyPoll over a link that
 // drops, duplicates and reorders packets: held ACKs that are lost, and
 // answers whose ACK goes after them, must still end in every WRITE placed

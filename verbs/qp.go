@@ -71,17 +71,16 @@ type QPAttr struct {
 
 // QP is a queue pair.
 type QP struct {
-	dev     *Device
-	pd      *PD
-	qpn     uint32
-	init    QPInitAttr
-	t       *transport.QP // owned by the worker
-	w       *worker
-	kicked  atomic.Bool
-	sending bool      // counted in the device's QPs with packets in flight; owned by the worker
-	dirty   bool      // queued for Progress on its worker; owned by the worker
-	tAt     time.Time // the deadline filed in the worker's timer heap; owned by the worker
-	tIndex  int       // index + 1 in the timer heap, 0 when not in it; owned by the worker
+	dev    *Device
+	pd     *PD
+	qpn    uint32
+	init   QPInitAttr
+	t      *transport.QP // owned by the worker
+	w      *worker
+	kicked atomic.Bool
+	dirty  bool      // queued for Progress on its worker; owned by the worker
+	tAt    time.Time // the deadline filed in the worker's timer heap; owned by the worker
+	tIndex int       // index + 1 in the timer heap, 0 when not in it; owned by the worker
 
 	mu    sync.Mutex // guards state and attr
 	state QPState
@@ -142,6 +141,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		}
 	}
 	qp := &QP{dev: d, pd: pd, qpn: d.qpns, init: a, state: QPSReset}
+	w := d.disp.workerFor(qp.qpn)
 	var rq *transport.RecvQueue
 	if a.SRQ != nil {
 		rq = a.SRQ.rq
@@ -152,10 +152,9 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		Type: a.Type, QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ,
 		SQ: transport.NewSendQueue(c.MaxSendWR), RQ: rq, SRQ: a.SRQ != nil,
 		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData, Stats: d.stats,
-		Window: &d.window,
-	}, nil)
-	qp.w = d.disp.workerFor(qp.qpn)
-	qp.t.SetEnv(qp.w)
+		Window: sendWindow, Budget: w.budget,
+	}, w)
+	qp.w = w
 	d.qps[qp.qpn] = qp
 	d.mu.Unlock()
 	qp.w.call(func() { qp.w.qps[qp.qpn] = qp })
@@ -390,22 +389,21 @@ func (qp *QP) kickInline() {
 // oldest unacknowledged one. rxe allows 128, which at MTU 4096 is 512 KiB
 // in flight: too little for one QP to fill loopback, where a 64 KiB
 // WRITE's ACK comes back behind the next several messages (a window of
-// 512 PSNs moves 1.4× the bytes). But the windows of all the QPs that send
-// at once add up in the peer's socket buffer, and a burst past it is
-// dropped and sent again; so the device shares sendWindowBudget PSNs among
-// the QPs that have packets in flight (worker.trackInFlight), between
-// minSendWindow and maxSendWindow each. With 256 and 1024 busy QPs, 32
-// PSNs each moved 1.2–1.4× the bytes of rxe's 128.
+// 512 PSNs moves 1.4× the bytes).
+//
+// But the windows of all the QPs that send at once add up in the peer's
+// socket buffer or same-host ring, and what overflows it is dropped: each
+// QP whose last packets were lost then waits a whole ACK timeout (67 ms at
+// perftest's timeout 14). So the QPs of a device also share a budget of
+// sendBudget PSNs in flight (transport.Budget), split among its workers:
+// 4 MiB at MTU 4096, what a peer's default 4 MiB socket buffer takes.
+// With 256 and 1024 busy QPs the windows alone (32 PSNs each) made
+// hundreds to thousands of ACK timeouts per 320 MiB, and at 1024 QPs some
+// QPs ran out of retries; with the budget there are none.
 const (
-	sendWindowBudget = 2048
-	minSendWindow    = 32
-	maxSendWindow    = 512
+	sendWindow = 512
+	sendBudget = 1024
 )
-
-// sendWindow returns the send window of each of n QPs that send at once.
-func sendWindow(n int) int32 {
-	return int32(min(maxSendWindow, max(minSendWindow, sendWindowBudget/max(n, 1))))
-}
 
 // Destroy destroys the QP: outstanding work requests are dropped, and the
 // QPN stops receiving. It never waits for the peer.

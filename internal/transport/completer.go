@@ -109,6 +109,7 @@ func (qp *QP) handleResponse(p *wire.Packet, now time.Time) {
 		qp.atomicAck(p, pn, now)
 	}
 	qp.complete()
+	qp.giveBack()
 }
 
 // ackThrough marks every SEND and RDMA WRITE whose packets all lie at or

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
@@ -90,13 +89,15 @@ type Config struct {
 	MaxInline int             // max_inline_data
 	Stats     *stats.Counters // the device's counters; nil counts nothing
 
-	// Window, when set and above 0, is the send window in PSNs instead of
-	// MaxUnackedPSNs, read at every check: a device shares one among its
-	// QPs and changes it as QPs come and go. The window is the
-	// requester's own limit, invisible on the wire (IBA leaves it to the
-	// implementation); a responder accepts any number of outstanding
-	// PSNs within half the PSN space.
-	Window *atomic.Int32
+	// Window, when above 0, is the send window in PSNs instead of
+	// MaxUnackedPSNs. The window is the requester's own limit, invisible
+	// on the wire (IBA leaves it to the implementation); a responder
+	// accepts any number of outstanding PSNs within half the PSN space.
+	Window int
+
+	// Budget, when set, is shared with other RC QPs: together they have
+	// no more PSNs in flight than it grants (see Budget).
+	Budget *Budget
 }
 
 // Path holds the connection attributes that modify_qp sets on the way to
@@ -130,6 +131,8 @@ type QP struct {
 	req  requester
 	comp completer
 	resp responder
+
+	budget budgetWait // its place in Config.Budget's queue
 }
 
 // NewQP creates a QP in the RESET state.
@@ -171,6 +174,7 @@ func (qp *QP) SetState(s qpstate.State) {
 	qp.state = s
 	switch s {
 	case qpstate.Reset:
+		qp.giveBackAll()
 		qp.req, qp.comp = requester{}, completer{}
 		qp.resp.reset()
 		qp.cfg.SQ.clear()
@@ -384,13 +388,6 @@ func (qp *QP) SendQueueLen() int {
 	return int(tail - head)
 }
 
-// InFlight reports whether the QP is an RC QP in RTS with packets sent
-// and not yet acknowledged: a sender that takes part in sharing the
-// device's send window (Config.Window).
-func (qp *QP) InFlight() bool {
-	return qp.reliable() && qp.state == qpstate.RTS && qp.req.psn != qp.comp.psn
-}
-
 // Outstanding returns the number of send WQEs not yet completed and
 // responses the responder has still to send: both 0 when the QP is idle.
 func (qp *QP) Outstanding() (sends, responses int) {
@@ -424,6 +421,7 @@ func (qp *QP) flush() {
 	sq.retire(tail)
 	qp.req.wqe, qp.comp.wqe = tail, tail
 	qp.req.rdAtomicOut = 0
+	qp.giveBackAll()
 	if qp.resp.haveRecv {
 		qp.resp.haveRecv = false
 		qp.cfg.RecvCQ.Push(WC{WRID: qp.resp.recv.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.cfg.QPN}, false)

@@ -23,6 +23,7 @@ type requester struct {
 	noackPkts   int     // packets sent since the last one with AckReq
 	rdAtomicOut int     // RDMA READs and atomics sent and not completed
 	maxPSN      psn.PSN // one past the highest PSN ever sent
+	held        int     // PSNs taken from Config.Budget: those in flight and some spare
 	rnrUntil    time.Time
 }
 
@@ -32,15 +33,14 @@ func (r *requester) ready(qp *QP) bool {
 	if r.wqe == tail || !r.rnrUntil.IsZero() {
 		return false
 	}
-	return r.mayStart(qp, qp.cfg.SQ.slot(r.wqe))
+	w := qp.cfg.SQ.slot(r.wqe)
+	return r.mayStart(qp, w) && r.credit(qp, w, false)
 }
 
 // window returns the send window in PSNs.
 func (qp *QP) window() int {
-	if w := qp.cfg.Window; w != nil {
-		if n := w.Load(); n > 0 {
-			return int(n)
-		}
+	if qp.cfg.Window > 0 {
+		return qp.cfg.Window
 	}
 	return MaxUnackedPSNs
 }
@@ -99,6 +99,9 @@ func (qp *QP) request(now time.Time) {
 			qp.localInvalidate(w)
 			r.wqe++
 			continue
+		}
+		if !r.credit(qp, w, true) {
+			return // the budget runs the QP again when it has PSNs
 		}
 		if qp.cfg.Type == qpstate.UD {
 			qp.sendDatagram(w)
@@ -241,7 +244,7 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 	// 9.2.2). With windows of 65 PSNs and more, the packets are rxe's.
 	win := qp.window()
 	fills := win <= MaxPktPerAck && r.psn.Diff(qp.comp.psn) >= win
-	h.BTH.AckReq = qp.reliable() && (last || r.noackPkts > MaxPktPerAck || fills)
+	h.BTH.AckReq = qp.reliable() && (last || r.noackPkts > MaxPktPerAck || fills || r.exhausts(qp))
 	r.noackPkts++
 	if h.BTH.AckReq {
 		r.noackPkts = 0

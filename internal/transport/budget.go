@@ -1,0 +1,222 @@
+package transport
+
+import "slices"
+
+// Budget shares the PSNs a device's RC requesters may have in flight at
+// once. Each QP's window bounds what one QP sends ahead of its ACKs; the
+// budget bounds what all of them send together, so that many busy QPs do
+// not overflow the peer's receive buffer (a socket buffer or a same-host
+// ring) with more than it can hold, which costs every QP whose last
+// packets are dropped a whole ACK timeout. A QP takes PSNs before it
+// sends packets with new PSNs, keeps them while those packets are
+// unacknowledged, and gives them back as ACKs (or READ responses and
+// atomic replies) arrive. Resent packets need none: their PSNs are still
+// held. Like the window (rxe's MAX_UNACKED_PSNS), the budget is the
+// requester's own flow control and invisible on the wire: IBA sets no
+// limit on the PSNs a requester has outstanding, and a responder accepts
+// any within half the PSN space.
+//
+// A budget is not safe for concurrent use: the QPs that share it must
+// run on one goroutine (a device worker's), which calls their methods.
+type Budget struct {
+	avail   int       // PSNs no QP holds or has set aside
+	size    int       // the budget's PSNs in all
+	waiting []*QP     // QPs waiting for PSNs, first come first served
+	wake    func(*QP) // runs a QP again (its Progress) once PSNs are set aside for it
+}
+
+// budgetWait is a QP's place in its budget's queue.
+type budgetWait struct {
+	waiting    bool
+	need, want int // what the QP asked for
+	aside      int // PSNs set aside for it, handed over at its next take
+}
+
+// minGrant is the fewest PSNs a budget grants a QP that asks for more:
+// a 64 KiB message at MTU 4096. Handing out PSNs a few at a time, as
+// ACKs return them, would cut messages into short bursts that each ask
+// for an ACK.
+const minGrant = 16
+
+// NewBudget returns a budget of n PSNs (at least maxTake). wake must make
+// the device run the QP it is given (Progress) soon, on the QP's
+// goroutine; the budget calls it from inside the methods of its QPs.
+func NewBudget(n int, wake func(*QP)) *Budget {
+	n = max(n, maxTake)
+	return &Budget{avail: n, size: n, wake: wake}
+}
+
+// Available returns the PSNs of the budget that no QP holds.
+func (b *Budget) Available() int { return b.avail }
+
+// Size returns the budget's PSNs in all.
+func (b *Budget) Size() int { return b.size }
+
+// Waiting returns the number of QPs waiting for PSNs.
+func (b *Budget) Waiting() int { return len(b.waiting) }
+
+// grantable returns how many PSNs of a request for need to want the
+// budget can grant now: 0, or from need to want.
+func (b *Budget) grantable(need, want int) int {
+	if b.avail < max(need, min(want, minGrant)) {
+		return 0
+	}
+	return min(want, b.avail)
+}
+
+// take grants qp either nothing or from need to want PSNs
+// (1 ≤ need ≤ want ≤ the budget's size). On nothing qp waits, behind
+// the QPs already waiting: the budget sets PSNs aside for it and runs it
+// again when they come back, and its next take returns them.
+func (b *Budget) take(qp *QP, need, want int) int {
+	bw := &qp.budget
+	if bw.aside > 0 {
+		g := bw.aside
+		bw.aside = 0
+		return g
+	}
+	if bw.waiting {
+		return 0
+	}
+	if len(b.waiting) == 0 {
+		if g := b.grantable(need, want); g > 0 {
+			b.avail -= g
+			return g
+		}
+	}
+	bw.waiting, bw.need, bw.want = true, need, want
+	b.waiting = append(b.waiting, qp)
+	return 0
+}
+
+// give returns n PSNs and sets them aside for the QPs waiting, in order.
+func (b *Budget) give(n int) {
+	b.avail += n
+	served := 0
+	for _, qp := range b.waiting {
+		bw := &qp.budget
+		g := b.grantable(bw.need, bw.want)
+		if g == 0 {
+			break
+		}
+		b.avail -= g
+		bw.waiting, bw.aside = false, g
+		served++
+		b.wake(qp)
+	}
+	if served > 0 {
+		b.waiting = b.waiting[:copy(b.waiting, b.waiting[served:])]
+	}
+}
+
+// leave takes qp out of the queue and returns what was set aside for it.
+func (b *Budget) leave(qp *QP) {
+	bw := &qp.budget
+	if bw.waiting {
+		b.waiting = slices.DeleteFunc(b.waiting, func(q *QP) bool { return q == qp })
+		bw.waiting = false
+	}
+	n := bw.aside
+	bw.aside = 0
+	b.give(n) // also serves those that waited behind qp
+}
+
+// maxTake is the most PSNs a requester asks its budget for at once: a
+// budget must be able to grant it. A READ of more response packets than
+// this goes once it holds maxTake; its responses overdraw what the QP
+// holds until they arrive.
+const maxTake = MaxUnackedPSNs
+
+// inFlight returns the PSNs sent and not yet acknowledged.
+func (r *requester) inFlight(qp *QP) int { return max(r.maxPSN.Diff(qp.comp.psn), 0) }
+
+// spare returns the PSNs the requester holds beyond those in flight.
+func (r *requester) spare(qp *QP) int { return r.held - r.inFlight(qp) }
+
+// psnsLeft returns how many PSNs the rest of w takes from the requester's
+// position: one per packet of a SEND or WRITE, one per response packet of
+// a READ, one for an atomic.
+func (r *requester) psnsLeft(qp *QP, w *sendWQE) int {
+	switch w.wr.Opcode {
+	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+		return 1
+	}
+	mtu := uint64(qp.path.MTU)
+	return max(int((w.length-r.offset+mtu-1)/mtu), 1)
+}
+
+// credit reports whether the requester holds the PSNs the next packet of
+// w needs, taking them from the budget if it can. On false the QP waits
+// for the budget to run it again.
+func (r *requester) credit(qp *QP, w *sendWQE, take bool) bool {
+	b := qp.cfg.Budget
+	if b == nil || !qp.reliable() {
+		return true
+	}
+	left := r.psnsLeft(qp, w)
+	next := 1 // PSNs the next packet takes: a READ request takes all its responses'
+	if w.wr.Opcode == WRRDMARead {
+		next = left
+	}
+	fresh := r.psn.Add(next).Diff(r.maxPSN) // PSNs never sent before
+	if fresh <= 0 {
+		return true // a resend: its PSNs are held
+	}
+	need := min(fresh, maxTake)
+	// Ask for the rest of the message, as far as the window lets it go.
+	want := min(max(r.psn.Add(left).Diff(r.maxPSN), need), maxTake, max(qp.window()-r.inFlight(qp), need))
+	for {
+		spare := max(r.spare(qp), 0)
+		if spare >= need {
+			if qp.budget.waiting || qp.budget.aside > 0 {
+				b.leave(qp) // what it holds sufficed after all
+			}
+			return true
+		}
+		if !take {
+			return false
+		}
+		// PSNs set aside while the QP waited may fall short of a need
+		// that grew meanwhile: then the next round asks again.
+		g := b.take(qp, need-spare, want-spare)
+		if g == 0 {
+			return false
+		}
+		r.held += g
+	}
+}
+
+// exhausts reports whether the packet about to be sent uses the last
+// PSN the requester holds: it then asks for an ACK, or the QP would
+// wait for the retry timer to get its PSNs back (IBA 9.2.2: AckReq may
+// be set on any packet).
+func (r *requester) exhausts(qp *QP) bool {
+	return qp.cfg.Budget != nil && r.psn == r.maxPSN && r.spare(qp) <= 1
+}
+
+// giveBack returns the PSNs the requester holds beyond those in flight.
+// A QP in the middle of a long message takes them again for its next
+// packets, behind the QPs that wait: the budget's QPs take turns by the
+// ACK.
+func (qp *QP) giveBack() {
+	if b := qp.cfg.Budget; b != nil {
+		if n := qp.req.spare(qp); n > 0 {
+			qp.req.held -= n
+			b.give(n)
+		}
+	}
+}
+
+// giveBackAll returns every PSN the requester holds: the QP stops sending
+// (the error state, RESET, destruction).
+func (qp *QP) giveBackAll() {
+	b := qp.cfg.Budget
+	if b == nil {
+		return
+	}
+	if n := qp.req.held; n > 0 {
+		qp.req.held = 0
+		b.give(n)
+	}
+	b.leave(qp)
+}
