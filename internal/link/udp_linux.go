@@ -118,9 +118,10 @@ const maxPortSockets = 1024
 // traffic class 0x03, set by a control message to sendmmsg.
 //
 // A UDP link starts no goroutines, except a fault stage's (FaultConfig)
-// and the same-host path's listener (UDPConfig.SameHost). Its sockets stay out of the Go netpoller's epoll set (sockfd_linux.go):
-// ReadBatch waits in the netpoller on an epoll set of the link's own, from
-// which Interrupt takes the socket; Close unblocks every wait.
+// and the same-host path's listener (UDPConfig.SameHost). Its sockets
+// stay out of the Go netpoller's epoll set (sockfd_linux.go): ReadBatch
+// waits in the netpoller on an epoll set of the link's own, from which
+// Interrupt takes the socket; Close unblocks every wait.
 type UDP struct {
 	sock  *sockFD
 	set   *sockSet       // the eventfds and close lock of sock and the port sockets

@@ -52,9 +52,6 @@ func (b *Budget) Available() int { return b.avail }
 // Size returns the budget's PSNs in all.
 func (b *Budget) Size() int { return b.size }
 
-// Waiting returns the number of QPs waiting for PSNs.
-func (b *Budget) Waiting() int { return len(b.waiting) }
-
 // grantable returns how many PSNs of a request for need to want the
 // budget can grant now: 0, or from need to want.
 func (b *Budget) grantable(need, want int) int {

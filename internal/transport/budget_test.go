@@ -46,10 +46,10 @@ func TestBudgetGrants(t *testing.T) {
 		if got := s.do(); got != s.want {
 			t.Fatalf("%s: granted %d, want %d", s.name, got, s.want)
 		}
-		if b.Available() != s.avail || b.Waiting() != s.waiting || !slices.Equal(woken, s.wantWoken) ||
+		if b.Available() != s.avail || len(b.waiting) != s.waiting || !slices.Equal(woken, s.wantWoken) ||
 			q[2].budget.aside != s.wantAside || q[2].budget.waiting != s.wantQ2Wait {
 			t.Fatalf("%s: available %d waiting %d woken %v q2 %+v; want %d, %d, %v, aside %d waiting %v",
-				s.name, b.Available(), b.Waiting(), woken, q[2].budget, s.avail, s.waiting, s.wantWoken, s.wantAside, s.wantQ2Wait)
+				s.name, b.Available(), len(b.waiting), woken, q[2].budget, s.avail, s.waiting, s.wantWoken, s.wantAside, s.wantQ2Wait)
 		}
 	}
 }

@@ -61,9 +61,6 @@ func (p *Packet) DeferICRC(seed uint32) { p.icrcSeed, p.icrcPending = seed, true
 // ICRCPending reports whether p's ICRC is still to be checked.
 func (p *Packet) ICRCPending() bool { return p.icrcPending }
 
-// ICRCFailed reports whether a deferred check found p's ICRC wrong.
-func (p *Packet) ICRCFailed() bool { return p.icrcBad }
-
 // CheckICRC runs a pending ICRC check and reports whether the ICRC is
 // right; it is true at once when none is pending.
 func (p *Packet) CheckICRC() bool {
