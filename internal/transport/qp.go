@@ -146,9 +146,6 @@ func NewQP(cfg Config, env Env) *QP {
 // QPN returns the QP number.
 func (qp *QP) QPN() uint32 { return qp.cfg.QPN }
 
-// SetEnv sets the environment (the worker that will own the QP).
-func (qp *QP) SetEnv(env Env) { qp.env = env }
-
 // RecvQueue returns the queue the QP takes receive WQEs from.
 func (qp *QP) RecvQueue() *RecvQueue { return qp.cfg.RQ }
 

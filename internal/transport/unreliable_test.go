@@ -250,7 +250,7 @@ func TestUDSendAllocs(t *testing.T) {
 	dest := AddrDest(netip.MustParseAddrPort("198.18.0.2:4791"))
 	wrs := []SendWR{{Opcode: WRSend, AH: dest, RemoteQPN: 0x12, RemoteQKey: 0x11111111, SGL: []memory.SGE{h.a.sge(0, 64)}}}
 	env := &reuseEnv{buf: make([]byte, 0, link.MaxPacket)}
-	h.a.qp.SetEnv(env)
+	h.a.qp.env = env
 	if n := testing.AllocsPerRun(100, func() {
 		_, _ = h.a.qp.PostSend(wrs, qpstate.RTS)
 		h.a.qp.Progress(h.now)
