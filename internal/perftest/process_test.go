@@ -35,9 +35,13 @@ func TestMain(m *testing.M) {
 // hosts hands out loopback address pairs (127.0.6.x) to the process tests.
 var hosts atomic.Uint32
 
+// freePort returns a TCP port that was free a moment ago on every
+// address, as the server binds it: a port free on 127.0.0.1 alone may be
+// the source port of another address's connection that is still closing
+// (a benchmark's), and the server's bind then fails.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
