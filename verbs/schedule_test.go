@@ -1,0 +1,70 @@
+package verbs
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/goroce/goroce/internal/link"
+)
+
+// recordingLink is a link that notes how many packets each WriteBatch
+// call was given.
+type recordingLink struct {
+	link.Link
+	mu     sync.Mutex
+	writes []int
+}
+
+func (l *recordingLink) WriteBatch(pkts []link.Packet) (int, error) {
+	l.mu.Lock()
+	l.writes = append(l.writes, len(pkts))
+	l.mu.Unlock()
+	return l.Link.WriteBatch(pkts)
+}
+
+// TestWriteSchedule checks the sizes of a turn's writes (worker.Emit):
+// the first after firstWrite packets, so the peer starts on them while
+// the rest is built, then each as large as all written before it in the
+// turn, up to link.MaxBatch, and the rest when the turn ends.
+func TestWriteSchedule(t *testing.T) {
+	a, b := netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791")
+	la, lb := link.NewMemPair(a, b)
+	rec := &recordingLink{Link: la}
+	da, db := openPair(t, Config{Addr: a.Addr(), Link: rec, MTU: 9000}, Config{Addr: b.Addr(), Link: lb, MTU: 9000})
+	ea, eb := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
+	connect(t, ea, eb, MTU1024)
+	for _, tc := range []struct {
+		wrs  int
+		want []int
+	}{
+		{10, []int{10}},
+		{32, []int{32}},
+		{100, []int{32, 32, 36}},
+		{250, []int{32, 32, 64, 122}},
+	} {
+		wrs := make([]SendWR, tc.wrs)
+		for i := range wrs {
+			wrs[i] = SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, SGL: []SGE{ea.mr.SGE(64*i, 64)},
+				RemoteAddr: eb.mr.Addr() + uint64(64*i), RKey: eb.mr.RKey()}
+		}
+		wrs[len(wrs)-1].Flags = SendSignaled
+		settle(da)
+		rec.mu.Lock()
+		rec.writes = rec.writes[:0]
+		rec.mu.Unlock()
+		// One post to an idle queue: the turn that sends it runs on this
+		// goroutine and writes all of it.
+		if _, err := ea.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, ea.cq, 1)
+		rec.mu.Lock()
+		got := slices.Clone(rec.writes)
+		rec.mu.Unlock()
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%d WRITEs went out in writes of %v packets, want %v", tc.wrs, got, tc.want)
+		}
+	}
+}
