@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -117,6 +119,50 @@ func TestSameHostStaleRing(t *testing.T) {
 	if err := waitErr(t, errc); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSameHostRingResident: a channel's ring is mapped in full on both
+// sides once it opens, so that no packet waits for a page fault.
+func TestSameHostRingResident(t *testing.T) {
+	a, b := sameHostPair(t)
+	a.WriteBatch(batch(1, b.LocalAddr()))
+	readN(t, b, 1)
+	b.readMu.Lock()
+	in := b.sh.in[0].ring.mem
+	b.readMu.Unlock()
+	for _, m := range []struct {
+		side string
+		mem  []byte
+	}{{"producer", a.sh.out[b.LocalAddr()].ring.mem}, {"consumer", in}} {
+		if rss := mappedKiB(t, m.mem); rss < shmRingSize/1024 {
+			t.Errorf("%s: %d KiB of the %d KiB ring mapped", m.side, rss, shmRingSize/1024)
+		}
+	}
+}
+
+// mappedKiB returns the resident size (Rss in /proc/self/smaps) of the
+// mapping that starts at mem.
+func mappedKiB(t *testing.T, mem []byte) int {
+	t.Helper()
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skip(err)
+	}
+	start := strconv.FormatUint(uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem)))), 16)
+	in := false
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.Contains(f[0], "-") {
+			lo, _, _ := strings.Cut(f[0], "-")
+			in = strings.TrimLeft(lo, "0") == start
+			continue
+		}
+		if kb, ok := strings.CutPrefix(line, "Rss:"); in && ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")))
+			return n
+		}
+	}
+	t.Fatalf("no mapping at 0x%s in /proc/self/smaps", start)
+	return 0
 }
 
 // TestSameHostLent: ReadLent lends ring slots, and they go back to the
