@@ -4,20 +4,54 @@ package fastcrc
 
 import "golang.org/x/sys/cpu"
 
-// useAVX512 reports whether ieeeAVX512 may run: it uses 512-bit VPCLMULQDQ and
-// VPTERNLOGD (AVX512F, VPCLMULQDQ), EVEX-encoded 128/256-bit instructions
-// (AVX512VL) and VEX-encoded 128-bit PCLMULQDQ (AVX, PCLMULQDQ). cpu.X86 only
-// reports AVX-512 features when the OS saves the AVX-512 register state.
-var useAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
-	cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasPCLMULQDQ && cpu.X86.HasAVX
+// The vector implementations, fastest first. Each needs VEX-encoded 128-bit
+// PCLMULQDQ (AVX, PCLMULQDQ) for its last steps.
+const (
+	implNone   = iota // hash/crc32 only
+	implAVX2          // ieeeAVX2: 256-bit VPCLMULQDQ (AVX2, VPCLMULQDQ)
+	implAVX512        // ieeeAVX512: 512-bit VPCLMULQDQ, VPTERNLOGD (AVX512F, AVX512VL, VPCLMULQDQ)
+)
 
-// minAVX512Len is the shortest input given to ieeeAVX512, the shortest it
-// can take: one 512-bit register. hash/crc32 also starts folding at 64 bytes,
-// with 128-bit registers (or one 512-bit register from 1024 bytes on), and
-// below 64 bytes both use hash/crc32's slicing-by-8 code. From 64 bytes on
-// ieeeAVX512 is at least as fast as hash/crc32, from 256 bytes (where its four
-// 512-bit accumulators start) more than twice as fast (see BenchmarkUpdate).
-const minAVX512Len = 64
+// hasAVX512 and hasAVX2 report what the CPU and the OS allow. cpu.X86 only
+// reports AVX-512 features when the OS saves the AVX-512 register state, and
+// AVX2 when it saves the 256-bit state; x/sys/cpu reports VPCLMULQDQ only
+// together with AVX-512, so for the 256-bit code the bit is read from CPUID
+// leaf 7 (ECX bit 10) directly.
+var (
+	hasAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
+		cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasPCLMULQDQ && cpu.X86.HasAVX
+	hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpu.X86.HasAVX && hasVPCLMULQDQ()
+)
+
+func hasVPCLMULQDQ() bool {
+	if !cpu.X86.HasAVX2 { // AVX2 implies leaf 7 exists
+		return false
+	}
+	_, _, ecx, _ := cpuid(7, 0)
+	return ecx&(1<<10) != 0
+}
+
+// impl is the implementation Update and UpdateCopy use: the fastest the CPU
+// has. Tests set it to each one the CPU has in turn.
+var impl = bestImpl()
+
+func bestImpl() int {
+	switch {
+	case hasAVX512:
+		return implAVX512
+	case hasAVX2:
+		return implAVX2
+	}
+	return implNone
+}
+
+// minVectorLen is the shortest input given to the vector code: one 512-bit
+// register for ieeeAVX512, two 128-bit lanes for ieeeAVX2. hash/crc32 starts
+// folding at 64 bytes, with 128-bit registers (or one 512-bit register from
+// 1024 bytes on where the CPU has AVX-512), and below 64 bytes uses
+// slicing-by-8. From 256 bytes on ieeeAVX512 is more than twice as fast as
+// hash/crc32, and ieeeAVX2 on a CPU without AVX-512 (see BenchmarkUpdate).
+var minVectorLen = [...]int{implAVX2: 32, implAVX512: 64}
 
 // ieeeAVX512 returns the CRC of p with initial value crc, both in the inverted
 // form that the CRC register holds (crc32's value xor 0xffffffff). len(p) must
@@ -32,18 +66,62 @@ func ieeeAVX512(crc uint32, p []byte) uint32
 //go:noescape
 func ieeeCopyAVX512(crc uint32, dst, p []byte) uint32
 
+// ieeeAVX2 is ieeeAVX512 with 256-bit registers; len(p) must be at least 32
+// and a multiple of 16.
+//
+//go:noescape
+func ieeeAVX2(crc uint32, p []byte) uint32
+
+// ieeeCopyAVX2 is ieeeAVX2 that also copies p to dst (len(dst) >= len(p)) in
+// the same pass.
+//
+//go:noescape
+func ieeeCopyAVX2(crc uint32, dst, p []byte) uint32
+
+func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
+
 func archUpdate(crc uint32, p []byte) (uint32, []byte) {
-	if !useAVX512 || len(p) < minAVX512Len {
-		return crc, p
+	switch impl {
+	case implAVX512:
+		if len(p) >= minVectorLen[implAVX512] {
+			n := len(p) &^ 15
+			return ^ieeeAVX512(^crc, p[:n]), p[n:]
+		}
+	case implAVX2:
+		if len(p) >= minVectorLen[implAVX2] {
+			n := len(p) &^ 15
+			return ^ieeeAVX2(^crc, p[:n]), p[n:]
+		}
 	}
-	n := len(p) &^ 15
-	return ^ieeeAVX512(^crc, p[:n]), p[n:]
+	return crc, p
 }
 
 func archUpdateCopy(crc uint32, dst, p []byte) (uint32, []byte, []byte) {
-	if !useAVX512 || len(p) < minAVX512Len {
-		return crc, dst, p
+	switch impl {
+	case implAVX512:
+		if len(p) >= minVectorLen[implAVX512] {
+			n := len(p) &^ 15
+			return ^ieeeCopyAVX512(^crc, dst[:n], p[:n]), dst[n:], p[n:]
+		}
+	case implAVX2:
+		if len(p) >= minVectorLen[implAVX2] {
+			n := len(p) &^ 15
+			return ^ieeeCopyAVX2(^crc, dst[:n], p[:n]), dst[n:], p[n:]
+		}
 	}
-	n := len(p) &^ 15
-	return ^ieeeCopyAVX512(^crc, dst[:n], p[:n]), dst[n:], p[n:]
+	return crc, dst, p
 }
+
+// impls lists the implementations this CPU can run, for the tests.
+func impls() []int {
+	l := []int{implNone}
+	if hasAVX2 {
+		l = append(l, implAVX2)
+	}
+	if hasAVX512 {
+		l = append(l, implAVX512)
+	}
+	return l
+}
+
+var implNames = [...]string{implNone: "stdlib", implAVX2: "avx2", implAVX512: "avx512"}

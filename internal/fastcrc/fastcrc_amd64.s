@@ -50,7 +50,8 @@
 // fastcrc_test.go recomputes every constant below in pure Go (TestConstants)
 // and checks a pure-Go model of this algorithm against hash/crc32.
 
-// Fold constant pairs, one 128-bit pair each, broadcast to the four lanes.
+// Fold constant pairs, one 128-bit pair each, broadcast to every lane of a
+// register (k768 and k256 serve only the 256-bit code of fastcrc_avx2_amd64.h).
 DATA k2048<>+0(SB)/8, $0x11542778a // rev32(x^2080 mod P)<<1
 DATA k2048<>+8(SB)/8, $0x1322d1430 // rev32(x^2016 mod P)<<1
 GLOBL k2048<>(SB), RODATA, $16
@@ -63,9 +64,17 @@ DATA k1024<>+0(SB)/8, $0x1e88ef372 // rev32(x^1056 mod P)<<1
 DATA k1024<>+8(SB)/8, $0x14a7fe880 // rev32(x^992 mod P)<<1
 GLOBL k1024<>(SB), RODATA, $16
 
+DATA k768<>+0(SB)/8, $0x0df068dc2 // rev32(x^800 mod P)<<1
+DATA k768<>+8(SB)/8, $0x18cb44e58 // rev32(x^736 mod P)<<1
+GLOBL k768<>(SB), RODATA, $16
+
 DATA k512<>+0(SB)/8, $0x154442bd4 // rev32(x^544 mod P)<<1
 DATA k512<>+8(SB)/8, $0x1c6e41596 // rev32(x^480 mod P)<<1
 GLOBL k512<>(SB), RODATA, $16
+
+DATA k256<>+0(SB)/8, $0x0f1da05aa // rev32(x^288 mod P)<<1
+DATA k256<>+8(SB)/8, $0x15a546366 // rev32(x^224 mod P)<<1
+GLOBL k256<>(SB), RODATA, $16
 
 // klanes folds lanes 0, 1 and 2 of a 512-bit register onto lane 3, that is
 // over 384, 256 and 128 bits; lane 3 is multiplied by zero.
@@ -146,4 +155,62 @@ TEXT ·ieeeCopyAVX512(SB), NOSPLIT, $0-60
 
 	VZEROUPPER
 	MOVL AX, ret+56(FP)
+	RET
+
+// func ieeeAVX2(crc uint32, p []byte) uint32
+//
+// ieeeAVX512 with 256-bit registers and VEX encodings only (AVX2,
+// VPCLMULQDQ). len(p) must be at least 32 and a multiple of 16.
+TEXT ·ieeeAVX2(SB), NOSPLIT, $0-36
+	MOVL crc+0(FP), AX
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), CX
+
+#define STORE(y, off)
+#define FOLDIN(off, yt, yp, y) VPXOR off(SI), yp, yp; VPXOR yp, y, y
+#define FOLDIN16(xt, xp, x) VPXOR (SI), xp, xp; VPXOR xp, x, x
+#define ADVANCE(n) ADDQ n, SI
+#include "fastcrc_avx2_amd64.h"
+#undef STORE
+#undef FOLDIN
+#undef FOLDIN16
+#undef ADVANCE
+
+	VZEROUPPER
+	MOVL AX, ret+32(FP)
+	RET
+
+// func ieeeCopyAVX2(crc uint32, dst, p []byte) uint32
+//
+// ieeeAVX2 that also copies p to dst in the same pass, as ieeeCopyAVX512
+// does. len(dst) must be at least len(p).
+TEXT ·ieeeCopyAVX2(SB), NOSPLIT, $0-60
+	MOVL crc+0(FP), AX
+	MOVQ dst_base+8(FP), DI
+	MOVQ p_base+32(FP), SI
+	MOVQ p_len+40(FP), CX
+
+#define STORE(y, off) VMOVDQU y, off(DI)
+#define FOLDIN(off, yt, yp, y) VMOVDQU off(SI), yt; VMOVDQU yt, off(DI); VPXOR yt, yp, yp; VPXOR yp, y, y
+#define FOLDIN16(xt, xp, x) VMOVDQU (SI), xt; VMOVDQU xt, (DI); VPXOR xt, xp, xp; VPXOR xp, x, x
+#define ADVANCE(n) ADDQ n, SI; ADDQ n, DI
+#include "fastcrc_avx2_amd64.h"
+#undef STORE
+#undef FOLDIN
+#undef FOLDIN16
+#undef ADVANCE
+
+	VZEROUPPER
+	MOVL AX, ret+56(FP)
+	RET
+
+// func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	MOVL subleaf+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
 	RET

@@ -1,9 +1,11 @@
 package fastcrc
 
 // These tests compare Update with hash/crc32 and do not depend on the
-// assembly, so they also test the fallback: run them with
+// assembly, so they also test the fallback. Each runs once with every
+// implementation the CPU has (eachImpl): hash/crc32 alone, the 256-bit code
+// (AVX2 and VPCLMULQDQ), the 512-bit code (AVX-512). Run them with
 //
-//	go test ./internal/fastcrc               # AVX-512 code, where the CPU has it
+//	go test ./internal/fastcrc               # every implementation the CPU has
 //	go test -tags purego ./internal/fastcrc  # fallback (hash/crc32)
 //	go test -race ./internal/fastcrc
 //	go test -run '^$' -fuzz FuzzUpdate -fuzztime 100000x ./internal/fastcrc
@@ -75,6 +77,16 @@ var (
 	guards  = bytes.Repeat([]byte{0xa5}, 1<<21)
 )
 
+// eachImpl runs test once with each implementation this CPU has (hash/crc32
+// alone, the 256-bit and the 512-bit vector code), the fastest last.
+func eachImpl(t *testing.T, test func(t *testing.T)) {
+	defer func(old int) { impl = old }(impl)
+	for _, i := range impls() {
+		impl = i
+		t.Run(implNames[i], test)
+	}
+}
+
 // TestUpdateCopyShortDst checks that UpdateCopy refuses a destination
 // shorter than its input instead of writing past it.
 func TestUpdateCopyShortDst(t *testing.T) {
@@ -89,9 +101,11 @@ func TestUpdateCopyShortDst(t *testing.T) {
 // TestExhaustive tries every length up to 5000 at every offset 0..63 from a
 // 64-byte aligned allocation, Update and (once per length and offset)
 // UpdateCopy, which covers every threshold and remainder of
-// the vector code (64, 256, multiples of 16, 64 and 256, aligned and
-// unaligned loads), with initial values 0, 0xffffffff and a random one.
-func TestExhaustive(t *testing.T) {
+// the vector code (32, 64, 128, 256, multiples of 16, 32, 64, 128 and 256,
+// aligned and unaligned loads), with initial values 0, 0xffffffff and a random one.
+func TestExhaustive(t *testing.T) { eachImpl(t, testExhaustive) }
+
+func testExhaustive(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	buf := randomBytes(r, 5000+64)
 	maxLen := 5000
@@ -118,11 +132,13 @@ func checkUpdate(t *testing.T, crc uint32, p []byte, off int) {
 }
 
 // TestLong tries lengths around 64 KiB and 1 MiB and at the thresholds.
-func TestLong(t *testing.T) {
+func TestLong(t *testing.T) { eachImpl(t, testLong) }
+
+func testLong(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	buf := randomBytes(r, 1<<20+64+300)
 	var lengths []int
-	for _, base := range []int{64, 256, 512, 1024, 4096, 1 << 16, 1 << 20} {
+	for _, base := range []int{32, 64, 128, 256, 512, 1024, 4096, 1 << 16, 1 << 20} {
 		for d := -17; d <= 17; d++ {
 			if base+d >= 0 {
 				lengths = append(lengths, base+d)
@@ -141,7 +157,9 @@ func TestLong(t *testing.T) {
 
 // TestChaining checks Update(Update(c, a), b) == Update(c, a||b) for random
 // splits, also into many pieces.
-func TestChaining(t *testing.T) {
+func TestChaining(t *testing.T) { eachImpl(t, testChaining) }
+
+func testChaining(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	buf := randomBytes(r, 20000)
 	for range 2000 {
@@ -172,7 +190,9 @@ func TestChaining(t *testing.T) {
 	}
 }
 
-func TestAllocs(t *testing.T) {
+func TestAllocs(t *testing.T) { eachImpl(t, testAllocs) }
+
+func testAllocs(t *testing.T) {
 	p := make([]byte, 1<<16)
 	for _, n := range []int{0, 10, 100, 300, 4096, 1 << 16} {
 		var sink uint32
@@ -187,7 +207,9 @@ func TestAllocs(t *testing.T) {
 }
 
 // TestConcurrent runs Update from several goroutines (for -race).
-func TestConcurrent(t *testing.T) {
+func TestConcurrent(t *testing.T) { eachImpl(t, testConcurrent) }
+
+func testConcurrent(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	p := randomBytes(r, 10000)
 	want := crc32.ChecksumIEEE(p)
@@ -210,10 +232,14 @@ func FuzzUpdate(f *testing.F) {
 		f.Add(uint32(n)*0x9e3779b9, bytesOf(n))
 	}
 	f.Fuzz(func(t *testing.T, crc uint32, p []byte) {
-		check(t, crc, p, "fuzz")
-		i := len(p) / 3
-		if got, want := Update(Update(crc, p[:i]), p[i:]), Update(crc, p); got != want {
-			t.Fatalf("split at %d of %d: %#08x != %#08x", i, len(p), got, want)
+		defer func(old int) { impl = old }(impl)
+		for _, impl = range impls() {
+			what := "fuzz, " + implNames[impl]
+			check(t, crc, p, what)
+			i := len(p) / 3
+			if got, want := Update(Update(crc, p[:i]), p[i:]), Update(crc, p); got != want {
+				t.Fatalf("%s: split at %d of %d: %#08x != %#08x", what, i, len(p), got, want)
+			}
 		}
 	})
 }
@@ -228,7 +254,7 @@ func bytesOf(n int) []byte {
 
 func BenchmarkUpdate(b *testing.B) {
 	p := randomBytes(rand.New(rand.NewPCG(9, 10)), 1<<16)
-	for _, n := range []int{64, 256, 1024, 4096, 65536} {
+	for _, n := range []int{40, 64, 256, 1024, 4096, 65536} {
 		b.Run(fmt.Sprintf("fastcrc/%d", n), func(b *testing.B) {
 			b.SetBytes(int64(n))
 			var crc uint32
@@ -331,7 +357,9 @@ func TestConstants(t *testing.T) {
 	pair("k2048", 0, foldConst(2048))
 	pair("k1536", 0, foldConst(1536))
 	pair("k1024", 0, foldConst(1024))
+	pair("k768", 0, foldConst(768))
 	pair("k512", 0, foldConst(512))
+	pair("k256", 0, foldConst(256))
 	pair("klanes", 0, foldConst(384))
 	pair("klanes", 16, foldConst(256))
 	pair("klanes", 32, foldConst(128))
