@@ -802,10 +802,13 @@ const eagerBatch = 4
 // eagerBatch: it has same-host channels open.
 func (d *Device) eagerLink() bool { return d.shm != nil && d.shm.SameHostActive() }
 
-// Gathers implements transport.Env: the same-host path copies a payload
-// from the MR straight into the ring (link.Packet.Payload), the socket
-// would copy it once more.
-func (w *worker) Gathers() bool { return w.dev.eagerLink() }
+// Gathers implements transport.Env: every link takes a payload from where
+// it lies (link.Packet.Payload). The same-host path copies it from the MR
+// straight into the ring, the UDP socket path into the packet's buffer as
+// it computes the ICRC (one pass instead of a copy and a CRC), and the
+// in-memory and fault-stage links put the packet together first, as the
+// transport would have.
+func (w *worker) Gathers() bool { return true }
 
 // Fatal implements transport.Env.
 func (w *worker) Fatal(t *transport.QP, _ transport.WCStatus) {

@@ -36,11 +36,11 @@ func gsoRun(pkts []Packet, maxSegs, maxBytes int) int {
 		return 0
 	}
 	first := &pkts[0]
-	size := len(first.Buf)
+	size := first.size()
 	n, total := 1, size
 	for n < len(pkts) && n < maxSegs {
 		p := &pkts[n]
-		l := len(p.Buf)
+		l := p.size()
 		if l > size || total+l > maxBytes || p.Peer != first.Peer || p.SrcPort != first.SrcPort {
 			break
 		}

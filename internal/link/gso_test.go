@@ -12,10 +12,15 @@ func TestGSORun(t *testing.T) {
 		peer netip.AddrPort
 		port uint16
 	}
+	// Every other packet that can be is gathered, its payload out of Buf:
+	// a run is by packet size, not by the length of Buf.
 	mk := func(ps []pk) []Packet {
 		out := make([]Packet, len(ps))
 		for i, p := range ps {
 			out[i] = Packet{Buf: make([]byte, p.size), Peer: p.peer, SrcPort: p.port}
+			if i%2 == 1 && p.size >= 40 {
+				out[i].Buf, out[i].Split, out[i].Payload = make([]byte, 20), 12, make([]byte, p.size-20)
+			}
 		}
 		return out
 	}

@@ -350,6 +350,22 @@ func flatten(p *Packet) {
 	p.Buf, p.Payload, p.Split = b, nil, 0
 }
 
+// flattenICRC is flatten and putICRC in one pass over a gathered payload,
+// which is copied into Buf while it is checksummed (wire.IPFields.ICRCGather):
+// the payload is read once, from the MR, instead of copied and then read
+// again. p must be sendable with a gathered payload, and Buf must have the
+// capacity for the whole packet.
+func flattenICRC(p *Packet, f *wire.IPFields) {
+	if p.Payload == nil {
+		putICRC(p.Buf, f)
+		return
+	}
+	b := p.Buf[:p.size()]
+	copy(b[p.Split+len(p.Payload):], p.Buf[p.Split:]) // the tail first: the ranges overlap
+	wire.PutICRC(b, f.ICRCGather(b[:len(b)-wire.ICRCLen], p.Split, p.Payload))
+	p.Buf, p.Payload, p.Split = b, nil, 0
+}
+
 // putICRC fills the ICRC of pkt (BTH through ICRC, len >= minPacket).
 func putICRC(pkt []byte, f *wire.IPFields) {
 	body := pkt[:len(pkt)-wire.ICRCLen]

@@ -625,9 +625,6 @@ func (u *UDP) waitRing(o *shmOut, pkts []Packet) int {
 
 // writeSocket is WriteBatch over the socket; u.writeMu is held.
 func (u *UDP) writeSocket(pkts []Packet) (int, error) {
-	for i := range pkts {
-		flatten(&pkts[i])
-	}
 	sent, bytes := 0, uint64(0)
 	var err error
 	for sent < len(pkts) && err == nil {
@@ -640,7 +637,10 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 		}
 		cnt := 0
 		for sent+cnt < len(pkts) && cnt < MaxBatch && pkts[sent+cnt].SrcPort == pkts[sent].SrcPort {
-			if err = u.check(&pkts[sent+cnt], src, false); err != nil {
+			// A gathered payload is put together in Buf as the ICRC is
+			// computed (flattenICRC), so Buf must have room for it.
+			p := &pkts[sent+cnt]
+			if err = u.check(p, src, p.size() <= cap(p.Buf)); err != nil {
 				break
 			}
 			cnt++
@@ -700,7 +700,7 @@ func (u *UDP) sendPlain(rc *sockFD, src netip.AddrPort, pkts []Packet) (int, uin
 		p := &pkts[i]
 		dst := plain(p.Peer)
 		f := sendFields(src, dst)
-		putICRC(p.Buf, &f)
+		flattenICRC(p, &f)
 		m.setName(i, dst, u.scope)
 		m.setBuf(i, p.Buf)
 	}
@@ -738,7 +738,7 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 			if f.Src.Is4() {
 				f.ID = uint16(k)
 			}
-			putICRC(p.Buf, &f)
+			flattenICRC(p, &f)
 			m.setBuf(i+k, p.Buf)
 		}
 		m.setMsg(nm, i, n, dst, u.scope, len(pkts[i].Buf))

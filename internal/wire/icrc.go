@@ -128,6 +128,20 @@ func (f *IPFields) ICRCCopy(dst, head, payload, tail []byte) uint32 {
 	return fastcrc.UpdateCopy(c, dst[len(head)+len(payload):], tail)
 }
 
+// ICRCGather copies payload into pkt[split:split+len(payload)] and returns
+// the ICRC of pkt (BTH through pad) as ICRC does, reading the payload once:
+// the copy rides on the CRC's loads (fastcrc.UpdateCopy). The headers
+// (pkt[:split], at least the whole BTH) and the pad after the payload must
+// already be in place. A link that sends a gathered packet through a socket
+// puts it together in its buffer this way. It does not allocate.
+func (f *IPFields) ICRCGather(pkt []byte, split int, payload []byte) uint32 {
+	end := split + len(payload)
+	c := f.HeaderCRC(pkt)
+	c = fastcrc.Update(c, pkt[BTHLen:split])
+	c = fastcrc.UpdateCopy(c, pkt[split:end], payload)
+	return fastcrc.Update(c, pkt[end:])
+}
+
 // HeaderCRC returns the CRC-32 (in crc32.Update's form) of the masked IP
 // and UDP headers and pkt's masked BTH: the start of pkt's ICRC, which
 // Packet.DeferICRC takes to finish the check later. pkt is BTH through

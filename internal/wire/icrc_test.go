@@ -38,13 +38,20 @@ func TestICRCGolden(t *testing.T) {
 			t.Errorf("%s: ICRC from socket fields %08x, stored %08x", g.name(), got, stored)
 		}
 		// ICRCCopy with the packet whole in head, and cut into head,
-		// payload and tail anywhere after the BTH.
+		// payload and tail anywhere after the BTH; ICRCGather likewise.
 		for _, cut := range [][2]int{{len(body), len(body)}, {wire.BTHLen, wire.BTHLen}, {wire.BTHLen, len(body)},
 			{wire.BTHLen + 1, len(body) - 1}, {(wire.BTHLen + len(body)) / 2, len(body) - 2}} {
 			i, j := min(cut[0], len(body)), max(min(cut[1], len(body)), min(cut[0], len(body)))
 			dst := make([]byte, len(body))
 			if got := f.ICRCCopy(dst, body[:i], body[i:j], body[j:]); got != stored || !bytes.Equal(dst, body) {
 				t.Errorf("%s: ICRCCopy cut at %d, %d: %08x, stored %08x, or the copy differs", g.name(), i, j, got, stored)
+			}
+			// ICRCGather with the same cuts: headers and tail in place,
+			// the payload copied into the room between them.
+			pkt := bytes.Clone(body)
+			clear(pkt[i:j])
+			if got := f.ICRCGather(pkt, i, body[i:j]); got != stored || !bytes.Equal(pkt, body) {
+				t.Errorf("%s: ICRCGather split at %d, payload to %d: %08x, stored %08x, or the packet differs", g.name(), i, j, got, stored)
 			}
 		}
 		if g.d.IPv6 {
@@ -199,6 +206,9 @@ func TestICRCAllocs(t *testing.T) {
 	dst := make([]byte, len(body))
 	if n := testing.AllocsPerRun(100, func() { f.ICRCCopy(dst, body[:20], body[20:len(body)-1], body[len(body)-1:]) }); n != 0 {
 		t.Errorf("IPFields.ICRCCopy: %v allocations", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { f.ICRCGather(dst, 20, body[20:len(body)-1]) }); n != 0 {
+		t.Errorf("IPFields.ICRCGather: %v allocations", n)
 	}
 	if n := testing.AllocsPerRun(100, func() { wire.RecoverIPv4ID(&f, g.d.Payload) }); n != 0 {
 		t.Errorf("RecoverIPv4ID: %v allocations", n)
