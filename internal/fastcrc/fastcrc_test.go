@@ -424,8 +424,8 @@ func TestConstants(t *testing.T) {
 	}
 }
 
-// A pure-Go model of ieeeAVX512, one lane at a time, with the constants
-// above; clmul stands for PCLMULQDQ.
+// A pure-Go model of ieeeAVX512 and ieeeAVX2, one lane at a time, with the
+// constants above; clmul stands for PCLMULQDQ.
 
 func clmul(a, b uint64) lane {
 	var r lane
@@ -455,40 +455,43 @@ func load(p []byte) lane {
 // for the constant pair of D.
 func fold(l, k lane) lane { return clmul(l.lo, k.lo).xor(clmul(l.hi, k.hi)) }
 
-// modelCLMUL mirrors ieeeAVX512: crc is the CRC register, len(p) >= 64 and a
-// multiple of 16.
-func modelCLMUL(crc uint32, p []byte) uint32 {
-	var z [16]lane // Z0..Z3, four lanes each
-	if len(p) >= 256 {
+// modelCLMUL mirrors ieeeAVX512 (lanes 4) and ieeeAVX2 (lanes 2): crc is
+// the CRC register, len(p) at least one register (16·lanes bytes) and a
+// multiple of 16. Both keep four accumulators of lanes 128-bit lanes each.
+func modelCLMUL(crc uint32, p []byte, lanes int) uint32 {
+	reg := 16 * lanes // bytes per register
+	z := make([]lane, 4*lanes)
+	last := z[3*lanes:] // the accumulator everything is folded onto
+	if len(p) >= 4*reg {
 		for i := range z {
 			z[i] = load(p[16*i:])
 		}
 		z[0].lo ^= uint64(crc)
-		for p = p[256:]; len(p) >= 256; p = p[256:] {
+		for p = p[4*reg:]; len(p) >= 4*reg; p = p[4*reg:] {
 			for i := range z {
-				z[i] = fold(z[i], foldConst(2048)).xor(load(p[16*i:]))
+				z[i] = fold(z[i], foldConst(4*reg*8)).xor(load(p[16*i:]))
 			}
 		}
-		for i := range 3 { // Z0, Z1, Z2 onto Z3
-			for j := range 4 {
-				z[12+j] = z[12+j].xor(fold(z[4*i+j], foldConst((3-i)*512)))
+		for i := range 3 { // the first three accumulators onto the last
+			for j := range lanes {
+				last[j] = last[j].xor(fold(z[lanes*i+j], foldConst((3-i)*reg*8)))
 			}
 		}
 	} else {
-		for j := range 4 {
-			z[12+j] = load(p[16*j:])
+		for j := range lanes {
+			last[j] = load(p[16*j:])
 		}
-		z[12].lo ^= uint64(crc)
-		p = p[64:]
+		last[0].lo ^= uint64(crc)
+		p = p[reg:]
 	}
-	for ; len(p) >= 64; p = p[64:] {
-		for j := range 4 {
-			z[12+j] = fold(z[12+j], foldConst(512)).xor(load(p[16*j:]))
+	for ; len(p) >= reg; p = p[reg:] {
+		for j := range lanes {
+			last[j] = fold(last[j], foldConst(reg*8)).xor(load(p[16*j:]))
 		}
 	}
-	x := z[15]
-	for j := range 3 {
-		x = x.xor(fold(z[12+j], foldConst((3-j)*128)))
+	x := last[lanes-1]
+	for j := range lanes - 1 {
+		x = x.xor(fold(last[j], foldConst((lanes-1-j)*128)))
 	}
 	for ; len(p) >= 16; p = p[16:] {
 		x = fold(x, foldConst(128)).xor(load(p))
@@ -505,13 +508,15 @@ func modelCLMUL(crc uint32, p []byte) uint32 {
 func TestModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	buf := randomBytes(r, 3000)
-	for n := 64; n <= len(buf); n += 16 {
-		if n > 1200 && n%256 != 0 && n%256 != 240 {
-			continue
-		}
-		c := r.Uint32()
-		if got, want := ^modelCLMUL(^c, buf[:n]), crc32.Update(c, crc32.IEEETable, buf[:n]); got != want {
-			t.Fatalf("model of %d bytes: %#08x, want %#08x", n, got, want)
+	for _, lanes := range []int{4, 2} {
+		for n := 16 * lanes; n <= len(buf); n += 16 {
+			if n > 1200 && n%256 != 0 && n%256 != 240 {
+				continue
+			}
+			c := r.Uint32()
+			if got, want := ^modelCLMUL(^c, buf[:n], lanes), crc32.Update(c, crc32.IEEETable, buf[:n]); got != want {
+				t.Fatalf("model with %d lanes of %d bytes: %#08x, want %#08x", lanes, n, got, want)
+			}
 		}
 	}
 }
