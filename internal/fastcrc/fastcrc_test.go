@@ -37,12 +37,15 @@ func randomBytes(r *rand.Rand, n int) []byte {
 	return p
 }
 
-// check compares Update and UpdateCopy with hash/crc32.
+// check compares Update, UpdateShort and UpdateCopy with hash/crc32.
 func check(t *testing.T, crc uint32, p []byte, what string) {
 	t.Helper()
 	want := crc32.Update(crc, crc32.IEEETable, p)
 	if got := Update(crc, p); got != want {
 		t.Fatalf("%s: Update(%#08x, %d bytes) = %#08x, want %#08x", what, crc, len(p), got, want)
+	}
+	if got := UpdateShort(crc, p); got != want {
+		t.Fatalf("%s: UpdateShort(%#08x, %d bytes) = %#08x, want %#08x", what, crc, len(p), got, want)
 	}
 	checkCopy(t, crc, p, want, what)
 }
@@ -126,8 +129,12 @@ func testExhaustive(t *testing.T) {
 // message unless it fails.
 func checkUpdate(t *testing.T, crc uint32, p []byte, off int) {
 	t.Helper()
-	if got, want := Update(crc, p), crc32.Update(crc, crc32.IEEETable, p); got != want {
+	want := crc32.Update(crc, crc32.IEEETable, p)
+	if got := Update(crc, p); got != want {
 		t.Fatalf("offset %d: Update(%#08x, %d bytes) = %#08x, want %#08x", off, crc, len(p), got, want)
+	}
+	if got := UpdateShort(crc, p); got != want {
+		t.Fatalf("offset %d: UpdateShort(%#08x, %d bytes) = %#08x, want %#08x", off, crc, len(p), got, want)
 	}
 }
 
@@ -206,6 +213,19 @@ func testAllocs(t *testing.T) {
 	}
 }
 
+// TestUpdateShortStack: UpdateShort of an array on the stack allocates
+// nothing, the array does not escape (Update's may, through hash/crc32).
+func TestUpdateShortStack(t *testing.T) {
+	var sink uint32
+	if a := testing.AllocsPerRun(100, func() {
+		var b [60]byte
+		b[3] = byte(sink)
+		sink = UpdateShort(sink, b[:])
+	}); a != 0 {
+		t.Errorf("UpdateShort of a stack array: %v allocations, want 0", a)
+	}
+}
+
 // TestConcurrent runs Update from several goroutines (for -race).
 func TestConcurrent(t *testing.T) { eachImpl(t, testConcurrent) }
 
@@ -254,7 +274,7 @@ func bytesOf(n int) []byte {
 
 func BenchmarkUpdate(b *testing.B) {
 	p := randomBytes(rand.New(rand.NewPCG(9, 10)), 1<<16)
-	for _, n := range []int{40, 64, 256, 1024, 4096, 65536} {
+	for _, n := range []int{8, 40, 64, 256, 1024, 4096, 65536} {
 		b.Run(fmt.Sprintf("fastcrc/%d", n), func(b *testing.B) {
 			b.SetBytes(int64(n))
 			var crc uint32
