@@ -59,8 +59,8 @@ type Result struct {
 	// UDPBW is the UDP ceiling (MiB/s; 0 when not measured): the same
 	// bytes over the kernel's UDP path alone, at its best (GSO and GRO),
 	// with nothing of RDMA on top; UDPLost the fraction of them the
-	// receiving socket dropped.
-	UDPBW, UDPLost float64
+	// receiving socket dropped, UDPCPUPerGB its CPU seconds per GB.
+	UDPBW, UDPLost, UDPCPUPerGB float64
 }
 
 // cpuTime is the process's user + system CPU time so far.
@@ -150,9 +150,11 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	// The ceiling for one QP's large messages over UDP sockets (not for
 	// the same-host path, which uses none).
 	if !cfg.SameHost && cfg.QPs == 1 && p.Size >= 4096 && cfg.Server.Is4() && cfg.Client.Is4() {
+		cpu0 := cpuTime()
 		if res.UDPBW, res.UDPLost, err = udpCeiling(cfg, tcpBytes); err != nil {
 			return nil, fmt.Errorf("UDP ceiling: %w", err)
 		}
+		res.UDPCPUPerGB = (cpuTime() - cpu0).Seconds() / (float64(tcpBytes) / 1e9)
 	}
 	if !cfg.NoLat {
 		latTest := perftest.Test{Verb: cfg.Verb, Kind: perftest.Lat}
@@ -184,8 +186,8 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 		fmt.Fprintf(out, " %-30s %12.2f %12.2f %13.2fx\n", "CPU seconds per GB (both ends)", res.CPUPerGB, res.TCPCPUPerGB, res.CPUPerGB/res.TCPCPUPerGB)
 	}
 	if res.UDPBW > 0 {
-		fmt.Fprintf(out, " UDP alone (GSO and GRO, no RDMA), same bytes: %.2f MiB/s, %.2fx TCP (%.1f%% dropped); goroce moves %.2fx of it\n",
-			res.UDPBW, res.UDPBW/res.TCPBW, 100*res.UDPLost, res.BW/res.UDPBW)
+		fmt.Fprintf(out, " UDP alone (GSO and GRO, no RDMA), same bytes: %.2f MiB/s, %.2fx TCP, %.2f CPU seconds per GB (%.1f%% dropped); goroce moves %.2fx of it\n",
+			res.UDPBW, res.UDPBW/res.TCPBW, res.UDPCPUPerGB, 100*res.UDPLost, res.BW/res.UDPBW)
 	}
 	fmt.Fprint(out, " (bandwidth: above 1x goroce is faster; latency and CPU: below 1x goroce is better)\n")
 	return res, nil
