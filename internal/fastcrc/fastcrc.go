@@ -1,5 +1,6 @@
 // Package fastcrc computes the CRC-32 of IEEE 802.3 (hash/crc32's IEEE),
-// faster than hash/crc32 on amd64 CPUs with AVX-512 and VPCLMULQDQ.
+// faster than hash/crc32 on amd64 CPUs with VPCLMULQDQ, with AVX-512 or with
+// AVX2 alone, and for short inputs everywhere.
 package fastcrc
 
 import (
@@ -51,7 +52,7 @@ func UpdateShort(crc uint32, p []byte) uint32 {
 // vector code leaves (fewer than 16 bytes), and on CPUs (or builds) without
 // the vector code. Below 64 bytes hash/crc32 itself goes byte by byte (below
 // 16) or by slicing-by-8, behind a dispatch that costs as much as the work:
-// 8 bytes took it 21 ns, slicingUpdate 4.
+// 8 bytes took it 21-28 ns, and Update 11 with slicingUpdate.
 func genericUpdate(crc uint32, p []byte) uint32 {
 	if len(p) < 64 {
 		return slicingUpdate(crc, p)
