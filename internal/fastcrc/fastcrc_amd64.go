@@ -81,47 +81,23 @@ func ieeeCopyAVX2(crc uint32, dst, p []byte) uint32
 func cpuid(leaf, subleaf uint32) (eax, ebx, ecx, edx uint32)
 
 func archUpdate(crc uint32, p []byte) (uint32, []byte) {
-	switch impl {
-	case implAVX512:
-		if len(p) >= minVectorLen[implAVX512] {
-			n := len(p) &^ 15
-			return ^ieeeAVX512(^crc, p[:n]), p[n:]
-		}
-	case implAVX2:
-		if len(p) >= minVectorLen[implAVX2] {
-			n := len(p) &^ 15
-			return ^ieeeAVX2(^crc, p[:n]), p[n:]
-		}
+	if impl == implNone || len(p) < minVectorLen[impl] {
+		return crc, p
 	}
-	return crc, p
+	n := len(p) &^ 15
+	if impl == implAVX512 {
+		return ^ieeeAVX512(^crc, p[:n]), p[n:]
+	}
+	return ^ieeeAVX2(^crc, p[:n]), p[n:]
 }
 
 func archUpdateCopy(crc uint32, dst, p []byte) (uint32, []byte, []byte) {
-	switch impl {
-	case implAVX512:
-		if len(p) >= minVectorLen[implAVX512] {
-			n := len(p) &^ 15
-			return ^ieeeCopyAVX512(^crc, dst[:n], p[:n]), dst[n:], p[n:]
-		}
-	case implAVX2:
-		if len(p) >= minVectorLen[implAVX2] {
-			n := len(p) &^ 15
-			return ^ieeeCopyAVX2(^crc, dst[:n], p[:n]), dst[n:], p[n:]
-		}
+	if impl == implNone || len(p) < minVectorLen[impl] {
+		return crc, dst, p
 	}
-	return crc, dst, p
+	n := len(p) &^ 15
+	if impl == implAVX512 {
+		return ^ieeeCopyAVX512(^crc, dst[:n], p[:n]), dst[n:], p[n:]
+	}
+	return ^ieeeCopyAVX2(^crc, dst[:n], p[:n]), dst[n:], p[n:]
 }
-
-// impls lists the implementations this CPU can run, for the tests.
-func impls() []int {
-	l := []int{implNone}
-	if hasAVX2 {
-		l = append(l, implAVX2)
-	}
-	if hasAVX512 {
-		l = append(l, implAVX512)
-	}
-	return l
-}
-
-var implNames = [...]string{implNone: "stdlib", implAVX2: "avx2", implAVX512: "avx512"}

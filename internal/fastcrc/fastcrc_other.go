@@ -12,13 +12,3 @@ func archUpdate(crc uint32, p []byte) (uint32, []byte) {
 func archUpdateCopy(crc uint32, dst, p []byte) (uint32, []byte, []byte) {
 	return crc, dst, p
 }
-
-// impl, impls and implNames mirror fastcrc_amd64.go for the tests: the only
-// implementation here is hash/crc32's.
-const implNone = 0
-
-var impl = implNone
-
-func impls() []int { return []int{implNone} }
-
-var implNames = [...]string{implNone: "stdlib"}

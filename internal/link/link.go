@@ -344,10 +344,17 @@ func flatten(p *Packet) {
 	if p.Payload == nil || !p.sendable(true) || p.size() > cap(p.Buf) {
 		return
 	}
-	b := p.Buf[:p.size()]
-	copy(b[p.Split+len(p.Payload):], p.Buf[p.Split:]) // the tail first: the ranges overlap
+	b := p.makeRoom()
 	copy(b[p.Split:], p.Payload)
 	p.Buf, p.Payload, p.Split = b, nil, 0
+}
+
+// makeRoom returns Buf grown to the whole packet, its tail (pad and ICRC
+// room) moved after the room for the gathered payload.
+func (p *Packet) makeRoom() []byte {
+	b := p.Buf[:p.size()]
+	copy(b[p.Split+len(p.Payload):], p.Buf[p.Split:]) // the ranges overlap: copy moves
+	return b
 }
 
 // flattenICRC is flatten and putICRC in one pass over a gathered payload,
@@ -360,8 +367,7 @@ func flattenICRC(p *Packet, f *wire.IPFields) {
 		putICRC(p.Buf, f)
 		return
 	}
-	b := p.Buf[:p.size()]
-	copy(b[p.Split+len(p.Payload):], p.Buf[p.Split:]) // the tail first: the ranges overlap
+	b := p.makeRoom()
 	wire.PutICRC(b, f.ICRCGather(b[:len(b)-wire.ICRCLen], p.Split, p.Payload))
 	p.Buf, p.Payload, p.Split = b, nil, 0
 }
