@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -33,11 +34,34 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, " See %s --help.\n", t.Name())
 		return 1
 	}
+	if p.Kind == BW {
+		p.pollBW = true
+		oneP()
+	}
 	if err := Run(p, nil, stdout); err != nil {
 		fmt.Fprintf(stderr, " %s: %v\n", t.Name(), err)
 		return 1
 	}
 	return 0
+}
+
+// oneP runs a bandwidth tool's Go code on one P (runtime.GOMAXPROCS(1))
+// unless the user set GOMAXPROCS. perftest runs in one thread; here the
+// device's reader runs while the application waits (or the application
+// drives the device, Params.pollBW), and the kernel's half of each send
+// runs in its system call, so one P is what the process needs. With more,
+// the Go scheduler wakes an idle P each time the reader readies the
+// application's goroutine or the reverse, and the QPs' state moves
+// between cores: on the 2-vCPU machine of docs/PERFORMANCE.md's eighth
+// round, where waking an idle vCPU is dear, 64-byte WRITEs and SENDs
+// between two processes went 1.3–1.6 times as fast with one P, 64 KiB
+// ones as fast or faster. The latency tools keep every P: one P left
+// their typical latency as it was and made the 99th percentile 4–6
+// times worse.
+func oneP() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 }
 
 // Run runs a parsed test. dev, if not nil, is the device to use (goroce

@@ -116,6 +116,11 @@ type Params struct {
 
 	reqSize, reqCQMod, reqRxDepth bool
 
+	// pollBW lets a bandwidth test poll as a latency test does
+	// (busySpin). Main sets it for the tools; goroce bench, with both
+	// ends in one process, leaves it off.
+	pollBW bool
+
 	// Set when the run starts, for the JSON report.
 	devName            string
 	mtuBytes, gidIndex int

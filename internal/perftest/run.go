@@ -95,7 +95,7 @@ func initBuffer(b []byte, p *Params) {
 // set_up_connection): one MR holds, per QP, a source half and a target
 // half, and the target half's address is what the peer is told.
 func open(p *Params, dev *verbs.Device, client bool, out io.Writer) (*side, error) {
-	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch), busy: p.busySpin()}
+	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch), busy: p.busySpin(client)}
 	s.half = max(p.Size, cycleBuffer) + cacheLine // the slack holds a UD receive's GRH
 	s.half = (s.half + cacheLine - 1) / cacheLine * cacheLine
 	var err error
@@ -243,12 +243,27 @@ func (s *side) connect() error {
 }
 
 // busySpin is how long a wait of p's test busy-polls the device before it
-// blocks: perftest's latency tests poll the CQ, and here the poll drives
-// the device too (verbs.Device.BusyPoll), which saves the wake-ups that
-// are most of a small message's latency; with -e, and in bandwidth tests,
-// a wait blocks at once.
-func (p *Params) busySpin() time.Duration {
-	if p.Kind == Lat && !p.Events {
+// blocks, on the client side or the other: perftest's tests poll their
+// CQs, and here the poll drives the device too (verbs.Device.BusyPoll),
+// which saves the wake-ups that are most of a small message's latency.
+// With -e a wait blocks at once.
+//
+// In a bandwidth test only the side that sends the data polls: the client
+// of ib_write_bw and ib_send_bw, without -b, in the tools' own processes
+// (Params.pollBW). There polling saves a wake-up per batch of ACKs
+// (64-byte WRITEs: 1.3–1.6× between two processes, eighth round). A side
+// that receives the data reads it better in the larger batches a blocked
+// reader finds: polling cost ib_send_bw's server half its rate, ib_read_bw
+// and ib_atomic_bw, whose clients receive the responses, 20–30 %, and -b,
+// where both sides receive, 60–70 %. goroce bench has both ends in one
+// process, and its waits block.
+func (p *Params) busySpin(client bool) time.Duration {
+	switch {
+	case p.Events:
+		return 0
+	case p.Kind == Lat:
+		return busyPoll
+	case p.pollBW && client && !p.Duplex && (p.Verb == Write || p.Verb == Send):
 		return busyPoll
 	}
 	return 0

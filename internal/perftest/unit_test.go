@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -110,28 +111,43 @@ func TestParseDefaults(t *testing.T) {
 }
 
 // TestBusySpin: the latency tests busy-poll their waits, as perftest's poll
-// their CQs, unless -e asks for events; the bandwidth tests block.
+// their CQs, unless -e asks for events. In the bandwidth tools (Main sets
+// pollBW) the client of ib_write_bw and ib_send_bw polls, unless -b or -e;
+// the clients of ib_read_bw and ib_atomic_bw, which receive the data,
+// block; run by goroce bench (no pollBW) every bandwidth wait blocks.
 func TestBusySpin(t *testing.T) {
 	for _, tc := range []struct {
-		tool string
-		args []string
-		busy bool
+		tool           string
+		args           []string
+		pollBW         bool
+		client, server bool // whether each side busy-polls
 	}{
-		{"ib_write_lat", nil, true},
-		{"ib_send_lat", nil, true},
-		{"ib_read_lat", nil, true},
-		{"ib_atomic_lat", nil, true},
-		{"ib_write_lat", []string{"-e"}, false},
-		{"ib_send_lat", []string{"-e"}, false},
-		{"ib_write_bw", nil, false},
-		{"ib_send_bw", nil, false},
+		{"ib_write_lat", nil, false, true, true},
+		{"ib_send_lat", nil, false, true, true},
+		{"ib_read_lat", nil, false, true, true},
+		{"ib_atomic_lat", nil, false, true, true},
+		{"ib_write_lat", []string{"-e"}, false, false, false},
+		{"ib_send_lat", []string{"-e"}, false, false, false},
+		{"ib_write_bw", nil, false, false, false},
+		{"ib_send_bw", nil, false, false, false},
+		{"ib_write_bw", nil, true, true, false},
+		{"ib_send_bw", nil, true, true, false},
+		{"ib_read_bw", nil, true, false, false},
+		{"ib_atomic_bw", nil, true, false, false},
+		{"ib_send_bw", []string{"-b"}, true, false, false},
+		{"ib_write_bw", []string{"-e"}, true, false, false},
+		{"ib_send_bw", []string{"-e", "-b"}, true, false, false},
 	} {
 		p, err := Parse(Tools[tc.tool], tc.args)
 		if err != nil {
 			t.Fatalf("%s %q: %v", tc.tool, tc.args, err)
 		}
-		if got := p.busySpin() > 0; got != tc.busy {
-			t.Errorf("%s %q: busy-polls %v, want %v", tc.tool, tc.args, got, tc.busy)
+		p.pollBW = tc.pollBW
+		if got := p.busySpin(true) > 0; got != tc.client {
+			t.Errorf("%s %q, pollBW %v: the client busy-polls %v, want %v", tc.tool, tc.args, tc.pollBW, got, tc.client)
+		}
+		if got := p.busySpin(false) > 0; got != tc.server {
+			t.Errorf("%s %q, pollBW %v: the server busy-polls %v, want %v", tc.tool, tc.args, tc.pollBW, got, tc.server)
 		}
 	}
 }
@@ -284,5 +300,21 @@ func TestPeakDelta(t *testing.T) {
 		if got, want := peakDelta(p, c, n, cqMod, postList), brute(p, c, n, cqMod, postList); got != want {
 			t.Fatalf("trial %d (n %d, cq-mod %d, post list %d): %d, want %d", trial, n, cqMod, postList, got, want)
 		}
+	}
+}
+
+// TestOneP: a bandwidth tool runs on one P unless the user set GOMAXPROCS.
+func TestOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(3)
+	t.Setenv("GOMAXPROCS", "3")
+	oneP()
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Errorf("GOMAXPROCS=3 set: oneP left %d Ps, want 3", got)
+	}
+	os.Unsetenv("GOMAXPROCS") // t.Setenv restores it
+	oneP()
+	if got := runtime.GOMAXPROCS(0); got != 1 {
+		t.Errorf("GOMAXPROCS unset: oneP left %d Ps, want 1", got)
 	}
 }
