@@ -4,17 +4,23 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
 
 // TestBench runs `goroce bench` small: both perftest tables and the TCP
-// comparison must come out, with numbers.
+// comparison must come out, with numbers. The bandwidth test runs on one
+// P (-procs 1), which the process has back afterwards.
 func TestBench(t *testing.T) {
 	var out, errb bytes.Buffer
-	code := run([]string{"bench", "-n", "200", "-s", "16384", "-lat-n", "200", "-addrs", "127.0.5.10,127.0.5.11"}, &out, &errb)
+	procs := runtime.GOMAXPROCS(0)
+	code := run([]string{"bench", "-n", "200", "-s", "16384", "-lat-n", "200", "-procs", "1", "-addrs", "127.0.5.10,127.0.5.11"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("GOMAXPROCS %d after the run, want %d back", got, procs)
 	}
 	o := out.String()
 	for _, want := range []string{"RDMA_Write BW Test", "RDMA_Write Latency Test", " #bytes     #iterations    BW peak[MiB/sec]",

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -47,6 +48,10 @@ type Config struct {
 	// SameHost opens the two devices with the same-host path
 	// (verbs.Config.SameHost), and the report says so.
 	SameHost bool
+	// Procs, if not 0, is GOMAXPROCS for the goroce bandwidth test, as
+	// the bandwidth tools set it (perftest.Main); the TCP tests and the
+	// latency test run with the process's own.
+	Procs int
 }
 
 // Result holds the figures of one run.
@@ -112,7 +117,8 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 		}
 	}
 	cpu0 := cpuTime()
-	bwOut, err := pair(bwTest, bwArgs, srv, cli, out)
+	var bwOut string
+	withProcs(cfg.Procs, func() { bwOut, err = pair(bwTest, bwArgs, srv, cli, out) })
 	cpuGoroce := cpuTime() - cpu0
 	if cfg.Counters {
 		printCounters(out, srv, cli)
@@ -191,6 +197,15 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	}
 	fmt.Fprint(out, " (bandwidth: above 1x goroce is faster; latency and CPU: below 1x goroce is better)\n")
 	return res, nil
+}
+
+// withProcs runs f with GOMAXPROCS set to procs (unchanged if 0), and
+// sets it back.
+func withProcs(procs int, f func()) {
+	if procs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+	}
+	f()
 }
 
 // openDevices opens the server's and the client's devices.

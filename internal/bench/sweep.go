@@ -25,6 +25,7 @@ type SweepConfig struct {
 	LatIters       int   // default 200
 	Server, Client netip.Addr
 	SameHost       bool // open the devices with the same-host path (verbs.Config.SameHost)
+	Procs          int  // GOMAXPROCS for goroce's bandwidth points, as Config.Procs
 }
 
 // Point is one measurement of a sweep, goroce and TCP side by side.
@@ -100,7 +101,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxSize; size *= 2 {
 		n := iters(cfg.Bytes, size, 1)
-		g, err := bwPoint(bw, size, n, 1, srv, cli)
+		g, err := bwPoint(bw, size, n, 1, cfg.Procs, srv, cli)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +140,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for _, q := range cfg.QPs {
 		n := iters(cfg.Bytes, cfg.QPSize, q)
-		g, err := bwPoint(bw, cfg.QPSize, n, q, srv, cli)
+		g, err := bwPoint(bw, cfg.QPSize, n, q, cfg.Procs, srv, cli)
 		if err != nil {
 			return nil, err
 		}
@@ -156,9 +157,11 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 }
 
 // bwPoint runs one perftest bandwidth test and returns its average.
-func bwPoint(t perftest.Test, size, n, qps int, srv, cli *verbs.Device) (float64, error) {
+func bwPoint(t perftest.Test, size, n, qps, procs int, srv, cli *verbs.Device) (float64, error) {
 	args := []string{"-s", strconv.Itoa(size), "-n", strconv.Itoa(n), "-q", strconv.Itoa(qps)}
-	o, err := pair(t, args, srv, cli, io.Discard)
+	var o string
+	var err error
+	withProcs(procs, func() { o, err = pair(t, args, srv, cli, io.Discard) })
 	if err != nil {
 		return 0, err
 	}
