@@ -53,10 +53,10 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 // the Go scheduler wakes an idle P each time the reader readies the
 // application's goroutine or the reverse, and the QPs' state moves
 // between cores: on the 2-vCPU machine of docs/PERFORMANCE.md's eighth
-// round, where waking an idle vCPU is dear, 64-byte WRITEs and SENDs
-// between two processes went 1.3–1.6 times as fast with one P, 64 KiB
-// ones as fast or faster. The latency tools keep every P: one P left
-// their typical latency as it was and made the 99th percentile 4–6
+// round, where waking an idle vCPU is dear, one P alone moved 64-byte
+// messages between two processes 1.16–1.35 times as fast, and with the
+// client polling 1.1–2 times. The latency tools keep every P: one P left
+// their typical latency as it was and made the 99th percentile up to 6
 // times worse.
 func oneP() {
 	if os.Getenv("GOMAXPROCS") == "" {
