@@ -142,6 +142,15 @@ func TestUDPSourcePorts(t *testing.T) {
 			if n := len(a.ports); n != 3 {
 				t.Errorf("%d per-port sockets open, want 3", n)
 			}
+			// mmsg.call makes raw system calls, which must never block.
+			checkNonBlocking(t, a.sock.fd)
+			for port, ps := range a.ports {
+				if ps != nil {
+					checkNonBlocking(t, ps.sock.fd)
+				} else {
+					t.Errorf("port %d: no socket", port)
+				}
+			}
 			// Whatever is sent to a per-port socket is dropped by the
 			// kernel and never disturbs the link.
 			back := batch(1, netip.AddrPortFrom(a.LocalAddr().Addr(), SourcePort(0x11)))
@@ -460,5 +469,17 @@ func TestUDPWaitAllocs(t *testing.T) {
 	round()
 	if allocs := testing.AllocsPerRun(20, round); allocs != 0 {
 		t.Errorf("%v allocations per waiting read", allocs)
+	}
+}
+
+// checkNonBlocking fails t unless fd has O_NONBLOCK set.
+func checkNonBlocking(t *testing.T, fd int) {
+	t.Helper()
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl&unix.O_NONBLOCK == 0 {
+		t.Errorf("socket %d is blocking (flags %#x)", fd, fl)
 	}
 }
