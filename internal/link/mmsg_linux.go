@@ -141,8 +141,9 @@ func (m *mmsg) send(fd uintptr) bool { return m.call(unix.SYS_SENDMMSG, fd) }
 // idle vCPUs halt. Raw, 64 KiB WRITEs between two processes moved 1.46×
 // the bytes and 64-byte ones 1.54× the messages (eighth round, 4–5
 // alternating runs); in one process (goroce bench, two sets of 6 runs)
-// 1.14–1.29× the bytes against TCP's, with 0.79–0.91× the CPU per byte. A garbage collection waits for a raw call to return, as
-// for any running goroutine: tens of microseconds.
+// 1.14–1.29× the bytes against TCP's, with 0.79–0.91× the CPU per byte.
+// A garbage collection waits for a raw call to return, as for any
+// running goroutine: tens of microseconds.
 func (m *mmsg) call(trap, fd uintptr) bool {
 	for {
 		n, _, e := unix.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.cnt), 0, 0, 0)
