@@ -34,15 +34,22 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, " See %s --help.\n", t.Name())
 		return 1
 	}
-	if p.Kind == BW {
-		p.pollBW = true
-		oneP()
-	}
+	p.asTool()
 	if err := Run(p, nil, stdout); err != nil {
 		fmt.Fprintf(stderr, " %s: %v\n", t.Name(), err)
 		return 1
 	}
 	return 0
+}
+
+// asTool sets up what a tool's own process does beyond goroce bench, which
+// runs both ends in one process: a bandwidth test may poll (busySpin) and
+// runs on one P (oneP).
+func (p *Params) asTool() {
+	if p.Kind == BW {
+		p.pollBW = true
+		oneP()
+	}
 }
 
 // oneP runs a bandwidth tool's Go code on one P (runtime.GOMAXPROCS(1))

@@ -117,7 +117,7 @@ type Params struct {
 	reqSize, reqCQMod, reqRxDepth bool
 
 	// pollBW lets a bandwidth test poll as a latency test does
-	// (busySpin). Main sets it for the tools; goroce bench, with both
+	// (busySpin). Main sets it for the tools (asTool); goroce bench, with both
 	// ends in one process, leaves it off.
 	pollBW bool
 

@@ -251,7 +251,9 @@ func (s *side) connect() error {
 // In a bandwidth test only the side that sends the data polls: the client
 // of ib_write_bw and ib_send_bw, without -b, in the tools' own processes
 // (Params.pollBW). There polling saves a wake-up per batch of ACKs
-// (64-byte WRITEs: 1.3–1.6× between two processes, eighth round). A side
+// (64-byte WRITEs and SENDs: up to 1.26× the rate of blocking on one P
+// between two processes, eighth round, though in one set over the
+// same-host path 0.48×). A side
 // that receives the data reads it better in the larger batches a blocked
 // reader finds: polling cost ib_send_bw's server half its rate, ib_read_bw
 // and ib_atomic_bw, whose clients receive the responses, 20–30 %, and -b,

@@ -303,18 +303,35 @@ func TestPeakDelta(t *testing.T) {
 	}
 }
 
-// TestOneP: a bandwidth tool runs on one P unless the user set GOMAXPROCS.
+// TestOneP: a bandwidth tool runs on one P unless the user set GOMAXPROCS,
+// and may poll (pollBW); a latency tool keeps its Ps.
 func TestOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	tool := func(name string) *Params {
+		p, err := Parse(Tools[name], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.asTool()
+		return p
+	}
 	runtime.GOMAXPROCS(3)
 	t.Setenv("GOMAXPROCS", "3")
-	oneP()
+	if p := tool("ib_write_bw"); !p.pollBW {
+		t.Error("ib_write_bw as a tool: pollBW unset")
+	}
 	if got := runtime.GOMAXPROCS(0); got != 3 {
-		t.Errorf("GOMAXPROCS=3 set: oneP left %d Ps, want 3", got)
+		t.Errorf("GOMAXPROCS=3 set: ib_write_bw left %d Ps, want 3", got)
 	}
 	os.Unsetenv("GOMAXPROCS") // t.Setenv restores it
-	oneP()
+	if p := tool("ib_write_lat"); p.pollBW {
+		t.Error("ib_write_lat as a tool: pollBW set")
+	}
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Errorf("ib_write_lat left %d Ps, want 3", got)
+	}
+	tool("ib_send_bw")
 	if got := runtime.GOMAXPROCS(0); got != 1 {
-		t.Errorf("GOMAXPROCS unset: oneP left %d Ps, want 1", got)
+		t.Errorf("GOMAXPROCS unset: ib_send_bw left %d Ps, want 1", got)
 	}
 }
