@@ -68,6 +68,19 @@ func (c *collector) got() []Packet {
 	return slices.Clone(c.pkts)
 }
 
+// all returns what the collector has once it holds every packet l counts
+// as received: l counts a batch when ReadBatch returns it, before the
+// collector has appended it.
+func (c *collector) all(t testing.TB, l Link) []Packet {
+	t.Helper()
+	waitFor(t, "the collector to catch up", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return uint64(len(c.pkts)) >= l.Stats().RcvdPackets
+	})
+	return c.got()
+}
+
 var udpFamilies = []struct{ name, a, b string }{
 	{"IPv4", "127.0.0.1", "127.0.0.2"},
 	{"IPv6", "::1", "::1"},
@@ -104,7 +117,7 @@ func TestUDPFault(t *testing.T) {
 			if s := b.Stats(); s.RcvdPackets != want || s.ICRCErrors != fs.Corrupted {
 				t.Errorf("receiver %+v; want %d received, %d ICRC errors (sender %+v)", s, want, fs.Corrupted, fs)
 			}
-			got := c.got()
+			got := c.all(t, b)
 			for _, p := range got {
 				psn := psnOf(p)
 				if psn >= n || !bytes.Equal(p.Buf[:len(p.Buf)-4], sent[psn].Buf[:len(p.Buf)-4]) {
@@ -135,7 +148,7 @@ func TestUDPFaultCE(t *testing.T) {
 			write(t, a, psnPackets(200, 0, b.LocalAddr()))
 			waitFor(t, "200 packets", func() bool { return b.Stats().RcvdPackets >= 200 })
 			marked := 0
-			for _, p := range c.got() {
+			for _, p := range c.all(t, b) {
 				if p.CE {
 					marked++
 				}
@@ -217,7 +230,7 @@ func TestUDPFaultHolds(t *testing.T) {
 			if tc.spec == "delay=20ms" && first < 20*time.Millisecond {
 				t.Errorf("first packet after %v, want at least 20 ms", first)
 			}
-			order := psns(c.got())
+			order := psns(c.all(t, b))
 			if sorted := slices.Sorted(slices.Values(order)); !slices.Equal(sorted, psns(psnPackets(200, 0, b.LocalAddr()))) {
 				t.Errorf("received PSNs %v are not a permutation of 0..199", order)
 			}
