@@ -77,9 +77,11 @@ type dispatcher struct {
 
 	// Busy polling (Device.Progress): lastPoll is when a goroutine last
 	// polled (nanotime; 0: nobody polls), pollWake wakes the parked
-	// reader when polling ends, poll is the pollers' routing state.
+	// reader when polling ends, parked is the reader's word that it has
+	// left the socket (handOff), poll is the pollers' routing state.
 	lastPoll atomic.Int64
 	pollWake chan struct{}
+	parked   chan struct{}
 	pollMu   sync.Mutex
 	poll     *router // guarded by pollMu
 }
@@ -88,7 +90,8 @@ func newDispatcher(d *Device, n int) *dispatcher {
 	if n <= 0 {
 		n = min(runtime.GOMAXPROCS(0), 4)
 	}
-	p := &dispatcher{dev: d, readerDone: make(chan struct{}), closing: make(chan struct{}), pollWake: make(chan struct{}, 1)}
+	p := &dispatcher{dev: d, readerDone: make(chan struct{}), closing: make(chan struct{}),
+		pollWake: make(chan struct{}, 1), parked: make(chan struct{}, 1)}
 	for range n {
 		w := &worker{dev: d, ch: make(chan event, 1024), quit: make(chan struct{}), exited: make(chan struct{}),
 			qps: map[uint32]*QP{}, timer: time.NewTimer(time.Hour)}
@@ -329,9 +332,7 @@ func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
 // returns the packets read.
 func (p *dispatcher) progress(now int64) int {
 	if p.lastPoll.Swap(now) == 0 {
-		// Polling starts: get the reader out of its wait, in which it
-		// holds the socket, and into parkWhilePolled.
-		p.dev.link.Interrupt()
+		p.handOff()
 	}
 	if !p.pollMu.TryLock() {
 		return 0
@@ -364,6 +365,32 @@ func (p *dispatcher) progress(now int64) int {
 		p.flushHeld(0)
 	}
 	return n
+}
+
+// handOff gets the reader out of its wait, in which it holds the socket,
+// and into parkWhilePolled, when polling starts. The reader waits in the Go
+// netpoller, and a wait there ends only when the scheduler polls the
+// network, which it does when a P finds nothing else to run: a poller
+// that spun on the only P (the bandwidth tools run on one) would never
+// let it, and would find the socket taken for as long as it spun
+// (ib_write_bw -s 64 between two processes: 200 µs of every ~500 µs
+// cycle). So the poller interrupts the wait and blocks until the reader
+// says it has parked: blocking lets the scheduler poll, which wakes the
+// reader on the same thread. A reader busy routing a batch parks when
+// it is done; the wait is bounded by pollGrace all the same.
+func (p *dispatcher) handOff() {
+	select {
+	case <-p.parked: // a word from an earlier time polling started
+	default:
+	}
+	p.dev.link.Interrupt()
+	t := time.NewTimer(pollGrace)
+	select {
+	case <-p.parked:
+	case <-p.readerDone:
+	case <-t.C:
+	}
+	t.Stop()
 }
 
 // flushHeld writes the ACKs held back by pollers' turns that are due at
@@ -409,6 +436,10 @@ func (p *dispatcher) parkWhilePolled() bool {
 			defer t.Stop()
 		} else {
 			t.Reset(left)
+		}
+		select {
+		case p.parked <- struct{}{}: // for handOff
+		default:
 		}
 		select {
 		case <-p.pollWake:

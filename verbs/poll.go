@@ -39,7 +39,11 @@ import (
 // Completions and remote writes that the packets bring are visible when
 // Progress returns, to CQ.Poll and MR.RemoteWrites. Progress never blocks
 // on the network; it is safe to call from several goroutines (one at a
-// time reads).
+// time reads). The first call after polling ended (or ever) waits until
+// the reader goroutine has stepped off the socket, at most a millisecond:
+// that wait lets the Go scheduler end the reader's wait in the netpoller,
+// which a poller that never blocks would not, on a single P, for as long
+// as it polled.
 func (d *Device) Progress() int { return d.disp.progress(nanotime()) }
 
 // EndPoll tells the device that its busy polling has ended, so that the

@@ -3,6 +3,7 @@ package verbs
 import (
 	"container/heap"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -33,6 +34,67 @@ func TestBusyPoll(t *testing.T) {
 			endPollAndComplete(t, rounds, a, b)
 			noRetries(t, a)
 			noRetries(t, b)
+		})
+	}
+}
+
+// TestBusyPollOneP: a poller on the process's only P reads what arrives
+// from its first calls on. The reader waits in the Go netpoller holding
+// the socket, and only a netpoller pass ends that wait; a poller that
+// spins on the only P never gives the scheduler one, so without the
+// hand-off in the first Progress call (dispatcher.handOff) the socket
+// stayed with the reader for as long as the poller spun.
+func TestBusyPollOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			a, b := pairOn(t, lk.open, 1<<16, MTU1024)
+			write := func(i int) {
+				t.Helper()
+				_, err := a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+				must(t, err)
+			}
+			// A first write opens the same-host channel, which takes
+			// longer than pollGrace; b's reader handles it.
+			write(1)
+			wait(t, a.cq, 1)
+			const rounds = 20
+			checked := 0
+			for i := 2; i <= rounds+1; i++ {
+				b.dev.Progress() // the first call hands the socket over
+				start := time.Now()
+				write(i) // a's idle worker writes it as PostSend runs
+				// It waits in b's socket or ring. (With a same-host
+				// channel open, a poller looks at the socket only every
+				// few calls.)
+				n := 0
+				for range 64 {
+					if n += b.dev.Progress(); b.mr.RemoteWrites() == uint64(i) {
+						break
+					}
+					runtime.Gosched()
+				}
+				switch {
+				case time.Since(start) > pollGrace/2:
+					// A slow machine: the reader may have taken the
+					// socket back, as it should after pollGrace.
+				case n == 0 || b.mr.RemoteWrites() != uint64(i):
+					t.Fatalf("write %d: the poller read %d packets in 64 calls, RemoteWrites = %d", i, n, b.mr.RemoteWrites())
+				default:
+					checked++
+				}
+			}
+			if checked < rounds/2 {
+				t.Fatalf("only %d of %d writes arrived within pollGrace/2 of the poll before them", checked, rounds)
+			}
+			b.dev.EndPoll()
+			for _, wc := range wait(t, a.cq, rounds) {
+				if wc.Status != WCSuccess {
+					t.Fatalf("%+v", wc)
+				}
+			}
+			noRetries(t, a)
 		})
 	}
 }
