@@ -1,0 +1,7 @@
+//go:build !linux
+
+package verbs
+
+// yieldThread does nothing outside Linux, where goroce's only links are
+// in memory and a device's peers are goroutines of the same process.
+func yieldThread() {}
