@@ -43,28 +43,30 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 }
 
 // asTool sets up what a tool's own process does beyond goroce bench, which
-// runs both ends in one process: a bandwidth test may poll (busySpin) and
-// runs on one P (oneP).
+// runs both ends in one process: it runs on one P (oneP), and a bandwidth
+// test may poll (busySpin).
 func (p *Params) asTool() {
 	if p.Kind == BW {
 		p.pollBW = true
-		oneP()
 	}
+	oneP()
 }
 
-// oneP runs a bandwidth tool's Go code on one P (runtime.GOMAXPROCS(1))
-// unless the user set GOMAXPROCS. perftest runs in one thread; here the
-// device's reader runs while the application waits (or the application
-// drives the device, Params.pollBW), and the kernel's half of each send
-// runs in its system call, so one P is what the process needs. With more,
-// the Go scheduler wakes an idle P each time the reader readies the
-// application's goroutine or the reverse, and the QPs' state moves
-// between cores: on the 2-vCPU machine of docs/PERFORMANCE.md's eighth
-// round, where waking an idle vCPU is dear, one P alone moved 64-byte
-// messages between two processes 1.16–1.35 times as fast, and with the
-// client polling 1.1–2 times. The latency tools keep every P: one P left
-// their typical latency as it was and made the 99th percentile up to 6
-// times worse.
+// oneP runs a tool's Go code on one P (runtime.GOMAXPROCS(1)) unless the
+// user set GOMAXPROCS. perftest runs in one thread; here the device's
+// reader runs while the application waits (or the application drives the
+// device, busySpin), and the kernel's half of each send runs in its system
+// call, so one P is what the process needs. With more, the Go scheduler
+// wakes an idle P each time the reader readies the application's goroutine
+// or the reverse, and the QPs' state moves between cores: on the 2-vCPU
+// machine of docs/PERFORMANCE.md's eighth round, where waking an idle vCPU
+// is dear, one P alone moved 64-byte messages between two processes
+// 1.16–1.35 times as fast, and with the client polling 1.1–2 times. The
+// latency tools, whose both sides poll, keep their typical latency on one
+// P and lower their tails: ib_write_lat's 99th percentile 0.5–0.8 times
+// that with two Ps, ib_send_lat's and ib_read_lat's likewise (ninth round;
+// before the poller's hand-off, verbs' dispatcher.handOff, one P had made
+// it up to 6 times worse).
 func oneP() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)

@@ -248,24 +248,27 @@ func (s *side) connect() error {
 // which saves the wake-ups that are most of a small message's latency.
 // With -e a wait blocks at once.
 //
-// In a bandwidth test only the side that sends the data polls: the client
-// of ib_write_bw and ib_send_bw, without -b, in the tools' own processes
-// (Params.pollBW). There polling saves a wake-up per batch of ACKs
-// (64-byte WRITEs and SENDs: up to 1.26× the rate of blocking on one P
-// between two processes, eighth round, though in one set over the
-// same-host path 0.48×). A side
-// that receives the data reads it better in the larger batches a blocked
-// reader finds: polling cost ib_send_bw's server half its rate, ib_read_bw
-// and ib_atomic_bw, whose clients receive the responses, 20–30 %, and -b,
-// where both sides receive, 60–70 %. goroce bench has both ends in one
-// process, and its waits block.
+// A bandwidth test polls in the tools' own processes (Params.pollBW), on
+// both sides, unless -b. On the side that sends the data (the client of
+// ib_write_bw and ib_send_bw) polling saves a wake-up per batch of ACKs;
+// on the side that receives it, the server of ib_send_bw and the client
+// of ib_read_bw and ib_atomic_bw, the wake-up of the reader for each
+// batch of data. Measured between two processes on one P (ninth round):
+// 64-byte WRITEs 1.15 times the rate of blocking, SENDs 1.07, READs
+// 1.18, atomics 1.24, 64 KiB SENDs 1.14, 64 KiB READs the same. (The
+// eighth round measured polling on the receiving side as a loss, before
+// a poller on one P could take the socket from the reader: verbs'
+// dispatcher.handOff.) With -b, where both sides send and receive, two
+// spinning processes on a 2-core host cost 64 KiB WRITEs 12–26 %, though
+// 64-byte ones gained 10–36 %. goroce bench has both ends in one process,
+// and its waits block.
 func (p *Params) busySpin(client bool) time.Duration {
 	switch {
 	case p.Events:
 		return 0
 	case p.Kind == Lat:
 		return busyPoll
-	case p.pollBW && client && !p.Duplex && (p.Verb == Write || p.Verb == Send):
+	case p.pollBW && !p.Duplex:
 		return busyPoll
 	}
 	return 0

@@ -112,9 +112,9 @@ func TestParseDefaults(t *testing.T) {
 
 // TestBusySpin: the latency tests busy-poll their waits, as perftest's poll
 // their CQs, unless -e asks for events. In the bandwidth tools (Main sets
-// pollBW) the client of ib_write_bw and ib_send_bw polls, unless -b or -e;
-// the clients of ib_read_bw and ib_atomic_bw, which receive the data,
-// block; run by goroce bench (no pollBW) every bandwidth wait blocks.
+// pollBW) both sides poll, unless -b or -e (ib_write_bw's server has no
+// wait during the test); run by goroce bench (no pollBW) every bandwidth
+// wait blocks.
 func TestBusySpin(t *testing.T) {
 	for _, tc := range []struct {
 		tool           string
@@ -130,10 +130,10 @@ func TestBusySpin(t *testing.T) {
 		{"ib_send_lat", []string{"-e"}, false, false, false},
 		{"ib_write_bw", nil, false, false, false},
 		{"ib_send_bw", nil, false, false, false},
-		{"ib_write_bw", nil, true, true, false},
-		{"ib_send_bw", nil, true, true, false},
-		{"ib_read_bw", nil, true, false, false},
-		{"ib_atomic_bw", nil, true, false, false},
+		{"ib_write_bw", nil, true, true, true},
+		{"ib_send_bw", nil, true, true, true},
+		{"ib_read_bw", nil, true, true, true},
+		{"ib_atomic_bw", nil, true, true, true},
 		{"ib_send_bw", []string{"-b"}, true, false, false},
 		{"ib_write_bw", []string{"-e"}, true, false, false},
 		{"ib_send_bw", []string{"-e", "-b"}, true, false, false},
@@ -303,8 +303,8 @@ func TestPeakDelta(t *testing.T) {
 	}
 }
 
-// TestOneP: a bandwidth tool runs on one P unless the user set GOMAXPROCS,
-// and may poll (pollBW); a latency tool keeps its Ps.
+// TestOneP: every tool runs on one P unless the user set GOMAXPROCS; a
+// bandwidth tool may poll (pollBW), a latency tool polls anyway.
 func TestOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	tool := func(name string) *Params {
@@ -327,9 +327,10 @@ func TestOneP(t *testing.T) {
 	if p := tool("ib_write_lat"); p.pollBW {
 		t.Error("ib_write_lat as a tool: pollBW set")
 	}
-	if got := runtime.GOMAXPROCS(0); got != 3 {
-		t.Errorf("ib_write_lat left %d Ps, want 3", got)
+	if got := runtime.GOMAXPROCS(0); got != 1 {
+		t.Errorf("GOMAXPROCS unset: ib_write_lat left %d Ps, want 1", got)
 	}
+	runtime.GOMAXPROCS(3)
 	tool("ib_send_bw")
 	if got := runtime.GOMAXPROCS(0); got != 1 {
 		t.Errorf("GOMAXPROCS unset: ib_send_bw left %d Ps, want 1", got)
