@@ -82,10 +82,11 @@ func (f *fakePlane) local() []Dest {
 	}
 	return d
 }
-func (f *fakePlane) setRemote(d []Dest) { f.rem = d }
-func (f *fakePlane) connect() error     { return nil }
-func (f *fakePlane) prepare() error     { return nil }
-func (f *fakePlane) close()             {}
+func (f *fakePlane) setRemote(d []Dest)            { f.rem = d }
+func (f *fakePlane) connect() error                { return nil }
+func (f *fakePlane) prepare() error                { return nil }
+func (f *fakePlane) close()                        {}
+func (f *fakePlane) serve(wait func() error) error { return wait() }
 func (f *fakePlane) times(size int) *bwTimes {
 	n := f.p.Iters * f.p.QPs
 	t := &bwTimes{size: size, iters: n, cqMod: f.p.CQMod, postList: f.p.PostList, posted: make([]int64, n), completed: make([]int64, n)}

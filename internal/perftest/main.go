@@ -117,6 +117,7 @@ type plane interface {
 	bwClient(size int) (*bwTimes, error)
 	bwServer(size int) (*bwTimes, error)
 	latency(size int) (posted []int64, count int, elapsed int64, err error)
+	serve(wait func() error) error
 	close()
 }
 
@@ -269,7 +270,8 @@ func (r *runner) rdmaBW() error {
 	}
 	p.bwHeader(r.out)
 	if !r.client && !p.Duplex {
-		if err := r.barrier(); err != nil {
+		// The server answers until the client ends the test.
+		if err := s.serve(r.barrier); err != nil {
 			return err
 		}
 		rem, err := r.c.BWReports(BWReport{})
@@ -422,7 +424,7 @@ func (r *runner) lat() error {
 		}
 	}
 	if (p.Verb == Read || p.Verb == Atomic) && !r.client {
-		if err := r.c.Close(r.my[0]); err != nil {
+		if err := s.serve(func() error { return r.c.Close(r.my[0]) }); err != nil {
 			return err
 		}
 		fmt.Fprint(r.out, resultLine)
