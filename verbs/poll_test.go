@@ -59,34 +59,29 @@ func TestBusyPollOneP(t *testing.T) {
 			// longer than pollGrace; b's reader handles it.
 			write(1)
 			wait(t, a.cq, 1)
+			// Count the writes b's poller read within pollGrace/2 of the
+			// poll before them. A slow machine may miss some: the
+			// kernel may leave loopback's delivery to ksoftirqd, which
+			// this spinning thread keeps waiting, and a thread held up
+			// for pollGrace lets the reader take the socket back, as it
+			// should. Without the hand-off the poller read none.
 			const rounds = 20
-			checked := 0
+			polled := 0
 			for i := 2; i <= rounds+1; i++ {
 				b.dev.Progress() // the first call hands the socket over
 				start := time.Now()
 				write(i) // a's idle worker writes it as PostSend runs
-				// It waits in b's socket or ring. (With a same-host
-				// channel open, a poller looks at the socket only every
-				// few calls.)
 				n := 0
-				for range 64 {
-					if n += b.dev.Progress(); b.mr.RemoteWrites() == uint64(i) {
-						break
-					}
+				for b.mr.RemoteWrites() != uint64(i) && time.Since(start) < pollGrace/2 {
+					n += b.dev.Progress()
 					runtime.Gosched()
 				}
-				switch {
-				case time.Since(start) > pollGrace/2:
-					// A slow machine: the reader may have taken the
-					// socket back, as it should after pollGrace.
-				case n == 0 || b.mr.RemoteWrites() != uint64(i):
-					t.Fatalf("write %d: the poller read %d packets in 64 calls, RemoteWrites = %d", i, n, b.mr.RemoteWrites())
-				default:
-					checked++
+				if n > 0 && b.mr.RemoteWrites() == uint64(i) {
+					polled++
 				}
 			}
-			if checked < rounds/2 {
-				t.Fatalf("only %d of %d writes arrived within pollGrace/2 of the poll before them", checked, rounds)
+			if polled < rounds/2 {
+				t.Fatalf("b's poller read %d of %d writes within pollGrace/2 of its poll before them", polled, rounds)
 			}
 			b.dev.EndPoll()
 			for _, wc := range wait(t, a.cq, rounds) {
