@@ -126,21 +126,69 @@ func TestBusyPollHeldAckReleased(t *testing.T) {
 	for _, lk := range links {
 		t.Run(lk.name, func(t *testing.T) {
 			a, b := pairOn(t, lk.open, 1<<16, MTU1024)
+			heldOnce := false
 			for i := 1; i <= 3; i++ {
+				// b writes too, as a ping-pong's side does: a poller's
+				// turn holds ACKs only on a worker that sends requests.
+				_, err := b.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{b.mr.SGE(0, 8)}, RemoteAddr: a.mr.Addr() + 4096, RKey: a.mr.RKey()}})
+				must(t, err)
+				b.dev.Progress() // b polls before a's WRITE comes: its poller reads it
+				_, err = a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+				must(t, err)
+				if !b.dev.BusyPoll(5*time.Second, func() bool { return b.mr.RemoteWrites() == uint64(i) }) {
+					t.Fatalf("write %d did not land: RemoteWrites = %d", i, b.mr.RemoteWrites())
+				}
+				heldOnce = heldOnce || held(b.dev)
+				// b goes quiet; a's completion must still come.
+				if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess || wc.WRID != uint64(i) {
+					t.Fatalf("write %d: %+v", i, wc)
+				}
+				wait(t, b.cq, 1)
+			}
+			if !heldOnce {
+				t.Error("b's poller never held an ACK back")
+			}
+			// By the held ACK itself, not by a retransmission after a's
+			// ACK timeout, which b would have acknowledged anyway.
+			noRetries(t, a)
+		})
+	}
+}
+
+// held reports whether a poller's turn holds ACKs back on one of d's
+// workers.
+func held(d *Device) bool {
+	for _, w := range d.disp.workers {
+		if w.heldAt.Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestBusyPollReceiverSendsAcks: a poller's turn on a device that only
+// receives, a bandwidth test's server, writes its ACKs at once: with no
+// answer of its own to come, holding them would only keep the sender's
+// window shut longer.
+func TestBusyPollReceiverSendsAcks(t *testing.T) {
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			a, b := pairOn(t, lk.open, 1<<16, MTU1024)
+			for i := 1; i <= 20; i++ {
 				_, err := a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
 					SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
 				must(t, err)
 				if !b.dev.BusyPoll(5*time.Second, func() bool { return b.mr.RemoteWrites() == uint64(i) }) {
 					t.Fatalf("write %d did not land: RemoteWrites = %d", i, b.mr.RemoteWrites())
 				}
-				// b goes quiet; a's completion must still come.
-				if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess || wc.WRID != uint64(i) {
-					t.Fatalf("write %d: %+v", i, wc)
+				if held(b.dev) {
+					t.Fatalf("write %d: a device that only receives held its ACK back", i)
 				}
 			}
-			// By the held ACK itself, not by a retransmission after a's
-			// ACK timeout, which b would have acknowledged anyway.
-			noRetries(t, a)
+			b.dev.EndPoll()
+			wait(t, a.cq, 20)
 		})
 	}
 }
