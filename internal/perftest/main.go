@@ -63,7 +63,7 @@ func (p *Params) asTool() {
 // is dear, one P alone moved 64-byte messages between two processes
 // 1.16–1.35 times as fast, and with the client polling 1.1–2 times. The
 // latency tools, whose both sides poll, keep their typical latency on one
-// P and lower their tails: ib_write_lat's 99th percentile 0.5–0.8 times
+// P and lower their tails: ib_write_lat's 99th percentile 0.5–0.9 times
 // that with two Ps, ib_send_lat's and ib_read_lat's likewise (ninth round;
 // before the poller's hand-off, verbs' dispatcher.handOff, one P had made
 // it up to 6 times worse).
