@@ -29,6 +29,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	traceFile := fs.String("trace", "", "write a Go execution trace of the goroce bandwidth test to this file (go tool trace)")
 	counters := fs.Bool("counters", false, "print the devices' non-zero counters after the bandwidth test")
 	procs := fs.Int("procs", 0, "GOMAXPROCS for the goroce bandwidth tests (0: the process's own; the bandwidth tools run on 1)")
+	poll := fs.Bool("poll", false, "the goroce bandwidth tests' waits busy-poll on both sides, as the bandwidth tools' do (a core per device)")
 	sameHost := fs.Bool("samehost", false, "run goroce over the same-host path (shared memory, as GOROCE_SAMEHOST=1 does) instead of UDP")
 	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
 	plot := fs.String("plot", "", "with -sweep or -replot: write an SVG plot of the sweep to this file")
@@ -37,7 +38,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	maxQPs := fs.Int("max-qps", 1024, "with -sweep: the largest QP count")
 	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-addrs A,B]")
+		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-poll] [-addrs A,B]")
 		fmt.Fprintln(stderr, "       goroce bench -sweep [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B]")
 		fmt.Fprintln(stderr, "       goroce bench -replot SWEEP.txt -plot FILE.svg")
 		fs.PrintDefaults()
@@ -58,7 +59,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goroce bench: -op %q: want write, read or send\n", *op)
 		return 2
 	}
-	cfg := bench.Config{Verb: v, Size: *size, Iters: *iters, QPs: *qps, Duration: *dur, LatIters: *latIters, NoLat: *noLat, Procs: *procs}
+	cfg := bench.Config{Verb: v, Size: *size, Iters: *iters, QPs: *qps, Duration: *dur, LatIters: *latIters, NoLat: *noLat, Procs: *procs, Poll: *poll}
 	// GOROCE_SAMEHOST=1 would turn the path on in verbs.Open anyway; taking
 	// it here too makes the report say which path ran.
 	cfg.SameHost = *sameHost || os.Getenv("GOROCE_SAMEHOST") == "1"
@@ -117,7 +118,7 @@ func replaceComma(s string) string {
 
 // runSweep is goroce bench -sweep.
 func runSweep(v perftest.Verb, cfg bench.Config, maxSize, maxQPs int, total int64, plot string, stdout, stderr io.Writer) int {
-	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Procs: cfg.Procs}
+	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Procs: cfg.Procs, Poll: cfg.Poll}
 	for q := 1; q <= maxQPs; q *= 2 {
 		sc.QPs = append(sc.QPs, q)
 	}

@@ -40,14 +40,15 @@ func TestBench(t *testing.T) {
 	}
 }
 
-// TestBenchSameHost runs `goroce bench -samehost -counters -trace`: the
-// report says which path ran, the counters show every goroce packet in
-// shared memory, and the execution trace is written.
+// TestBenchSameHost runs `goroce bench -samehost -counters -trace -poll`:
+// the report says which path ran and that the waits poll, the counters
+// show every goroce packet in shared memory, and the execution trace is
+// written.
 func TestBenchSameHost(t *testing.T) {
 	t.Setenv("GOROCE_SAMEHOST", "") // the flag alone must turn the path on
 	trace := filepath.Join(t.TempDir(), "trace.out")
 	var out, errb bytes.Buffer
-	code := run([]string{"bench", "-samehost", "-counters", "-trace", trace, "-n", "200", "-s", "16384", "-lat-n", "200", "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)
+	code := run([]string{"bench", "-samehost", "-counters", "-trace", trace, "-poll", "-n", "200", "-s", "16384", "-lat-n", "200", "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
@@ -57,6 +58,9 @@ func TestBenchSameHost(t *testing.T) {
 	o := out.String()
 	if !strings.Contains(o, "goroce over the same-host path (shared memory)") {
 		t.Errorf("the report does not say the same-host path ran:\n%s", o)
+	}
+	if !strings.Contains(o, "busy-poll on both sides (-poll)") {
+		t.Errorf("the report does not say the waits poll:\n%s", o)
 	}
 	devices := 0
 	for _, line := range strings.Split(o, "\n") {

@@ -52,6 +52,10 @@ type Config struct {
 	// the bandwidth tools set it (perftest.Main); the TCP tests and the
 	// latency test run with the process's own.
 	Procs int
+	// Poll makes the goroce bandwidth test's waits busy-poll, on both
+	// sides, as the bandwidth tools' do (perftest.Params.PollBW): each
+	// device then keeps a core busy for the length of the test.
+	Poll bool
 }
 
 // Result holds the figures of one run.
@@ -99,6 +103,9 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	fmt.Fprintf(out, "goroce bench: %s between two goroce devices (%v, %v) and over TCP, in one run\n",
 		map[perftest.Verb]string{perftest.Write: "RDMA WRITE", perftest.Read: "RDMA READ", perftest.Send: "SEND"}[cfg.Verb],
 		cfg.Server, cfg.Client)
+	if cfg.Poll {
+		fmt.Fprintf(out, "goroce bench: the bandwidth test's waits busy-poll on both sides (-poll)\n")
+	}
 	bwArgs := []string{"-s", strconv.Itoa(cfg.Size), "-q", strconv.Itoa(cfg.QPs)}
 	if cfg.Duration > 0 {
 		bwArgs = append(bwArgs, "-D", strconv.Itoa(cfg.Duration))
@@ -118,7 +125,7 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	}
 	cpu0 := cpuTime()
 	var bwOut string
-	withProcs(cfg.Procs, func() { bwOut, err = pair(bwTest, bwArgs, srv, cli, out) })
+	withProcs(cfg.Procs, func() { bwOut, err = pair(bwTest, bwArgs, cfg.Poll, srv, cli, out) })
 	cpuGoroce := cpuTime() - cpu0
 	if cfg.Counters {
 		printCounters(out, srv, cli)
@@ -165,7 +172,7 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if !cfg.NoLat {
 		latTest := perftest.Test{Verb: cfg.Verb, Kind: perftest.Lat}
 		if cfg.Verb == perftest.Send || cfg.Verb == perftest.Read || cfg.Verb == perftest.Write {
-			latOut, err := pair(latTest, []string{"-n", strconv.Itoa(cfg.LatIters)}, srv, cli, out)
+			latOut, err := pair(latTest, []string{"-n", strconv.Itoa(cfg.LatIters)}, false, srv, cli, out)
 			if err != nil {
 				return nil, err
 			}
@@ -223,9 +230,9 @@ func openDevices(server, client netip.Addr, sameHost bool) (srv, cli *verbs.Devi
 // pair runs a perftest test between the two devices and prints the
 // client's report; it returns the client's output. The TCP port is picked
 // free, and again if something took it before the server bound it.
-func pair(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer) (string, error) {
+func pair(t perftest.Test, args []string, poll bool, srv, cli *verbs.Device, out io.Writer) (string, error) {
 	for try := 0; ; try++ {
-		o, err := pairOnce(t, args, srv, cli, out)
+		o, err := pairOnce(t, args, poll, srv, cli, out)
 		if err != nil && try < 3 && strings.Contains(err.Error(), "address already in use") {
 			continue
 		}
@@ -233,7 +240,7 @@ func pair(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer)
 	}
 }
 
-func pairOnce(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Writer) (string, error) {
+func pairOnce(t perftest.Test, args []string, poll bool, srv, cli *verbs.Device, out io.Writer) (string, error) {
 	port, err := freePort()
 	if err != nil {
 		return "", err
@@ -247,6 +254,7 @@ func pairOnce(t perftest.Test, args []string, srv, cli *verbs.Device, out io.Wri
 	if err != nil {
 		return "", err
 	}
+	sp.PollBW, cp.PollBW = poll, poll
 	var srvOut syncbuf.Buffer
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- perftest.Run(sp, srv, &srvOut) }()

@@ -26,6 +26,7 @@ type SweepConfig struct {
 	Server, Client netip.Addr
 	SameHost       bool // open the devices with the same-host path (verbs.Config.SameHost)
 	Procs          int  // GOMAXPROCS for goroce's bandwidth points, as Config.Procs
+	Poll           bool // goroce's bandwidth points busy-poll, as Config.Poll
 }
 
 // Point is one measurement of a sweep, goroce and TCP side by side.
@@ -101,7 +102,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxSize; size *= 2 {
 		n := iters(cfg.Bytes, size, 1)
-		g, err := bwPoint(bw, size, n, 1, cfg.Procs, srv, cli)
+		g, err := bwPoint(bw, size, n, 1, cfg.Procs, cfg.Poll, srv, cli)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +121,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[usec]", "TCP[usec]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxLatSize; size *= 2 {
 		args := []string{"-n", strconv.Itoa(cfg.LatIters), "-s", strconv.Itoa(size)}
-		o, err := pair(lat, args, srv, cli, io.Discard)
+		o, err := pair(lat, args, false, srv, cli, io.Discard)
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +141,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for _, q := range cfg.QPs {
 		n := iters(cfg.Bytes, cfg.QPSize, q)
-		g, err := bwPoint(bw, cfg.QPSize, n, q, cfg.Procs, srv, cli)
+		g, err := bwPoint(bw, cfg.QPSize, n, q, cfg.Procs, cfg.Poll, srv, cli)
 		if err != nil {
 			return nil, err
 		}
@@ -157,11 +158,11 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 }
 
 // bwPoint runs one perftest bandwidth test and returns its average.
-func bwPoint(t perftest.Test, size, n, qps, procs int, srv, cli *verbs.Device) (float64, error) {
+func bwPoint(t perftest.Test, size, n, qps, procs int, poll bool, srv, cli *verbs.Device) (float64, error) {
 	args := []string{"-s", strconv.Itoa(size), "-n", strconv.Itoa(n), "-q", strconv.Itoa(qps)}
 	var o string
 	var err error
-	withProcs(procs, func() { o, err = pair(t, args, srv, cli, io.Discard) })
+	withProcs(procs, func() { o, err = pair(t, args, poll, srv, cli, io.Discard) })
 	if err != nil {
 		return 0, err
 	}

@@ -47,7 +47,7 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 // test may poll (busySpin).
 func (p *Params) asTool() {
 	if p.Kind == BW {
-		p.pollBW = true
+		p.PollBW = true
 	}
 	oneP()
 }

@@ -114,12 +114,13 @@ type Params struct {
 	RateUnits  byte    // --rate_units: 'M' MiB/s, 'g' Gb/s (default), 'p' packets/s
 	BurstSize  int     // --burst_size: WRs per burst; 0 means TxDepth
 
-	reqSize, reqCQMod, reqRxDepth bool
+	// PollBW, not a perftest option, lets a bandwidth test's waits
+	// busy-poll as a latency test's do (busySpin). Main sets it for the
+	// tools (asTool); goroce bench, with both ends in one process, only
+	// with -poll.
+	PollBW bool
 
-	// pollBW lets a bandwidth test poll as a latency test does
-	// (busySpin). Main sets it for the tools (asTool); goroce bench, with both
-	// ends in one process, leaves it off.
-	pollBW bool
+	reqSize, reqCQMod, reqRxDepth bool
 
 	// Set when the run starts, for the JSON report.
 	devName            string

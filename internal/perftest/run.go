@@ -249,7 +249,7 @@ func (s *side) connect() error {
 // which saves the wake-ups that are most of a small message's latency.
 // With -e a wait blocks at once.
 //
-// A bandwidth test polls in the tools' own processes (Params.pollBW), on
+// A bandwidth test polls in the tools' own processes (Params.PollBW), on
 // both sides, unless -b. On the side that sends the data (the client of
 // ib_write_bw and ib_send_bw) polling saves a wake-up per batch of ACKs;
 // on the side that receives it, the server of ib_send_bw and the client
@@ -269,7 +269,7 @@ func (p *Params) busySpin(client bool) time.Duration {
 		return 0
 	case p.Kind == Lat:
 		return busyPoll
-	case p.pollBW && !p.Duplex:
+	case p.PollBW && !p.Duplex:
 		return busyPoll
 	}
 	return 0

@@ -112,14 +112,14 @@ func TestParseDefaults(t *testing.T) {
 
 // TestBusySpin: the latency tests busy-poll their waits, as perftest's poll
 // their CQs, unless -e asks for events. In the bandwidth tools (Main sets
-// pollBW) both sides poll, unless -b or -e (ib_write_bw's server has no
-// wait during the test); run by goroce bench (no pollBW) every bandwidth
+// PollBW) both sides poll, unless -b or -e (ib_write_bw's server has no
+// wait during the test); run by goroce bench (no PollBW) every bandwidth
 // wait blocks.
 func TestBusySpin(t *testing.T) {
 	for _, tc := range []struct {
 		tool           string
 		args           []string
-		pollBW         bool
+		PollBW         bool
 		client, server bool // whether each side busy-polls
 	}{
 		{"ib_write_lat", nil, false, true, true},
@@ -142,12 +142,12 @@ func TestBusySpin(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s %q: %v", tc.tool, tc.args, err)
 		}
-		p.pollBW = tc.pollBW
+		p.PollBW = tc.PollBW
 		if got := p.busySpin(true) > 0; got != tc.client {
-			t.Errorf("%s %q, pollBW %v: the client busy-polls %v, want %v", tc.tool, tc.args, tc.pollBW, got, tc.client)
+			t.Errorf("%s %q, PollBW %v: the client busy-polls %v, want %v", tc.tool, tc.args, tc.PollBW, got, tc.client)
 		}
 		if got := p.busySpin(false) > 0; got != tc.server {
-			t.Errorf("%s %q, pollBW %v: the server busy-polls %v, want %v", tc.tool, tc.args, tc.pollBW, got, tc.server)
+			t.Errorf("%s %q, PollBW %v: the server busy-polls %v, want %v", tc.tool, tc.args, tc.PollBW, got, tc.server)
 		}
 	}
 }
@@ -304,7 +304,7 @@ func TestPeakDelta(t *testing.T) {
 }
 
 // TestOneP: every tool runs on one P unless the user set GOMAXPROCS; a
-// bandwidth tool may poll (pollBW), a latency tool polls anyway.
+// bandwidth tool may poll (PollBW), a latency tool polls anyway.
 func TestOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	tool := func(name string) *Params {
@@ -317,15 +317,15 @@ func TestOneP(t *testing.T) {
 	}
 	runtime.GOMAXPROCS(3)
 	t.Setenv("GOMAXPROCS", "3")
-	if p := tool("ib_write_bw"); !p.pollBW {
-		t.Error("ib_write_bw as a tool: pollBW unset")
+	if p := tool("ib_write_bw"); !p.PollBW {
+		t.Error("ib_write_bw as a tool: PollBW unset")
 	}
 	if got := runtime.GOMAXPROCS(0); got != 3 {
 		t.Errorf("GOMAXPROCS=3 set: ib_write_bw left %d Ps, want 3", got)
 	}
 	os.Unsetenv("GOMAXPROCS") // t.Setenv restores it
-	if p := tool("ib_write_lat"); p.pollBW {
-		t.Error("ib_write_lat as a tool: pollBW set")
+	if p := tool("ib_write_lat"); p.PollBW {
+		t.Error("ib_write_lat as a tool: PollBW set")
 	}
 	if got := runtime.GOMAXPROCS(0); got != 1 {
 		t.Errorf("GOMAXPROCS unset: ib_write_lat left %d Ps, want 1", got)
