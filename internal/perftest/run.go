@@ -96,7 +96,7 @@ func initBuffer(b []byte, p *Params) {
 // set_up_connection): one MR holds, per QP, a source half and a target
 // half, and the target half's address is what the peer is told.
 func open(p *Params, dev *verbs.Device, client bool, out io.Writer) (*side, error) {
-	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch), busy: p.busySpin(client)}
+	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch), busy: p.busySpin()}
 	s.half = max(p.Size, cycleBuffer) + cacheLine // the slack holds a UD receive's GRH
 	s.half = (s.half + cacheLine - 1) / cacheLine * cacheLine
 	var err error
@@ -244,8 +244,7 @@ func (s *side) connect() error {
 }
 
 // busySpin is how long a wait of p's test busy-polls the device before it
-// blocks, on the client side or the other: perftest's tests poll their
-// CQs, and here the poll drives the device too (verbs.Device.BusyPoll),
+// blocks, the same on both sides: perftest's tests poll their CQs, and here the poll drives the device too (verbs.Device.BusyPoll),
 // which saves the wake-ups that are most of a small message's latency.
 // With -e a wait blocks at once.
 //
@@ -262,8 +261,8 @@ func (s *side) connect() error {
 // dispatcher.handOff.) With -b, where both sides send and receive, two
 // spinning processes on a 2-core host cost 64 KiB WRITEs 12–26 %, though
 // 64-byte ones gained 10–36 %. goroce bench has both ends in one process,
-// and its waits block.
-func (p *Params) busySpin(client bool) time.Duration {
+// and its waits block unless -poll.
+func (p *Params) busySpin() time.Duration {
 	switch {
 	case p.Events:
 		return 0

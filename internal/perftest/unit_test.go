@@ -112,42 +112,38 @@ func TestParseDefaults(t *testing.T) {
 
 // TestBusySpin: the latency tests busy-poll their waits, as perftest's poll
 // their CQs, unless -e asks for events. In the bandwidth tools (Main sets
-// PollBW) both sides poll, unless -b or -e (ib_write_bw's server has no
-// wait during the test); run by goroce bench (no PollBW) every bandwidth
-// wait blocks.
+// PollBW) every wait polls, on either side, unless -b or -e; run by goroce
+// bench without -poll (no PollBW) every bandwidth wait blocks.
 func TestBusySpin(t *testing.T) {
 	for _, tc := range []struct {
-		tool           string
-		args           []string
-		PollBW         bool
-		client, server bool // whether each side busy-polls
+		tool   string
+		args   []string
+		PollBW bool
+		busy   bool // whether the waits busy-poll
 	}{
-		{"ib_write_lat", nil, false, true, true},
-		{"ib_send_lat", nil, false, true, true},
-		{"ib_read_lat", nil, false, true, true},
-		{"ib_atomic_lat", nil, false, true, true},
-		{"ib_write_lat", []string{"-e"}, false, false, false},
-		{"ib_send_lat", []string{"-e"}, false, false, false},
-		{"ib_write_bw", nil, false, false, false},
-		{"ib_send_bw", nil, false, false, false},
-		{"ib_write_bw", nil, true, true, true},
-		{"ib_send_bw", nil, true, true, true},
-		{"ib_read_bw", nil, true, true, true},
-		{"ib_atomic_bw", nil, true, true, true},
-		{"ib_send_bw", []string{"-b"}, true, false, false},
-		{"ib_write_bw", []string{"-e"}, true, false, false},
-		{"ib_send_bw", []string{"-e", "-b"}, true, false, false},
+		{"ib_write_lat", nil, false, true},
+		{"ib_send_lat", nil, false, true},
+		{"ib_read_lat", nil, false, true},
+		{"ib_atomic_lat", nil, false, true},
+		{"ib_write_lat", []string{"-e"}, false, false},
+		{"ib_send_lat", []string{"-e"}, false, false},
+		{"ib_write_bw", nil, false, false},
+		{"ib_send_bw", nil, false, false},
+		{"ib_write_bw", nil, true, true},
+		{"ib_send_bw", nil, true, true},
+		{"ib_read_bw", nil, true, true},
+		{"ib_atomic_bw", nil, true, true},
+		{"ib_send_bw", []string{"-b"}, true, false},
+		{"ib_write_bw", []string{"-e"}, true, false},
+		{"ib_send_bw", []string{"-e", "-b"}, true, false},
 	} {
 		p, err := Parse(Tools[tc.tool], tc.args)
 		if err != nil {
 			t.Fatalf("%s %q: %v", tc.tool, tc.args, err)
 		}
 		p.PollBW = tc.PollBW
-		if got := p.busySpin(true) > 0; got != tc.client {
-			t.Errorf("%s %q, PollBW %v: the client busy-polls %v, want %v", tc.tool, tc.args, tc.PollBW, got, tc.client)
-		}
-		if got := p.busySpin(false) > 0; got != tc.server {
-			t.Errorf("%s %q, PollBW %v: the server busy-polls %v, want %v", tc.tool, tc.args, tc.PollBW, got, tc.server)
+		if got := p.busySpin() > 0; got != tc.busy {
+			t.Errorf("%s %q, PollBW %v: busy-polls %v, want %v", tc.tool, tc.args, tc.PollBW, got, tc.busy)
 		}
 	}
 }
