@@ -184,12 +184,19 @@ func (r *requester) credit(qp *QP, w *sendWQE, take bool) bool {
 }
 
 // exhausts reports whether the packet about to be sent uses the last
-// PSN the requester holds: it then asks for an ACK, or the QP would
-// wait for the retry timer to get its PSNs back (IBA 9.2.2: AckReq may
-// be set on any packet).
+// PSN the requester holds while the budget could not grant it more now:
+// it then asks for an ACK, or the QP might wait for the retry timer to
+// get its PSNs back (IBA 9.2.2: AckReq may be set on any packet). While
+// the budget has PSNs to spare, the requester's next take succeeds, and
+// a burst of one-packet messages (each of which takes its own PSN) does
+// not ask for an ACK on every one of them.
 func (r *requester) exhausts(qp *QP) bool {
-	return qp.cfg.Budget != nil && r.psn == r.maxPSN && r.spare(qp) <= 1
+	b := qp.cfg.Budget
+	return b != nil && r.psn == r.maxPSN && r.spare(qp) <= 1 && !b.canGrant()
 }
+
+// canGrant reports whether a take of up to minGrant PSNs would succeed now.
+func (b *Budget) canGrant() bool { return len(b.waiting) == 0 && b.avail >= minGrant }
 
 // giveBack returns the PSNs the requester holds beyond those in flight.
 // A QP in the middle of a long message takes them again for its next

@@ -105,7 +105,7 @@ func (qp *QP) request(now time.Time) {
 		}
 		if qp.cfg.Type == qpstate.UD {
 			qp.sendDatagram(w)
-		} else if !qp.sendPacket(w) {
+		} else if !qp.sendPacket(w, tail) {
 			return
 		}
 		qp.comp.armTimer(qp, now)
@@ -199,9 +199,33 @@ func (qp *QP) emitPayload(w *sendWQE, h *wire.Headers, n int) bool {
 	return true
 }
 
+// followed reports whether w, whose last packet is being built, is a
+// message whose ACK nobody needs: a SEND or WRITE, not signaled, sent for
+// the first time (a resend asks as rxe does, so a recovery never waits on
+// a later message), and request goes on at once to the next of the WQEs
+// it found posted (tail), another SEND or WRITE that nothing holds back
+// but the window, whose AckReq cadence asks in time.
+func (r *requester) followed(qp *QP, w *sendWQE, tail uint64) bool {
+	if !streams(w) || w.signaled || r.psn != r.maxPSN || r.wqe+1 == tail {
+		return false
+	}
+	next := qp.cfg.SQ.slot(r.wqe + 1)
+	return streams(next) && next.wr.Flags&SendFence == 0 && next.failed == WCSuccess
+}
+
+// streams reports whether w is a SEND or an RDMA WRITE: a message that
+// needs nothing back but its ACK.
+func streams(w *sendWQE) bool {
+	switch w.wr.Opcode {
+	case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRSendWithInv:
+		return true
+	}
+	return false
+}
+
 // sendPacket builds and emits the next packet of w. It returns false if
 // the WQE failed locally (its status is set and the completer reports it).
-func (qp *QP) sendPacket(w *sendWQE) bool {
+func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 	r := &qp.req
 	mtu := uint64(qp.path.MTU)
 	h := wire.Headers{BTH: wire.BTHFields{PKey: qp.path.PKey, DestQP: qp.path.DestQPN, PSN: uint32(r.psn)}}
@@ -233,18 +257,26 @@ func (qp *QP) sendPacket(w *sendWQE) bool {
 		// last packet of a SEND or of an RDMA WRITE with immediate.
 		h.BTH.SE = last && w.wr.Flags&SendSolicited != 0 && w.wr.Opcode != WRRDMAWrite
 	}
-	// rxe's AckReq cadence: the last packet of every message, and any
-	// packet after more than MaxPktPerAck without one. UC asks for no
-	// ACKs (IBA 9.8, unreliable service: no acknowledgements; rxe
+	// AckReq may be set on any packet (IBA 9.2.2); the responder answers
+	// the packets that ask, and one ACK covers every earlier PSN (IBA
+	// 9.7.5.1.2). rxe asks on the last packet of every message and on any
+	// packet after more than MaxPktPerAck without one. goroce asks as rxe
+	// does, except on the last packet of a message that another follows
+	// in this same run of sends (r.followed): nobody waits for that ACK,
+	// and the next message's will cover it. A bandwidth test's burst of
+	// small messages then costs the responder one ACK per MaxPktPerAck
+	// packets and one at its end, not one per batch it reads. UC asks for
+	// no ACKs (IBA 9.8, unreliable service: no acknowledgements; rxe
 	// init_req_packet).
 	//
 	// A window smaller than that cadence would stall with no ACK to come
 	// (and wait for the retry timer), so the packet that fills such a
-	// window asks for one too; AckReq may be set on any packet (IBA
-	// 9.2.2). With windows of 65 PSNs and more, the packets are rxe's.
+	// window asks for one too. With windows of 65 PSNs and more, the
+	// cadence leaves one asking packet in every window's worth.
 	win := qp.window()
 	fills := win <= MaxPktPerAck && r.psn.Diff(qp.comp.psn) >= win
-	h.BTH.AckReq = qp.reliable() && (last || r.noackPkts > MaxPktPerAck || fills || r.exhausts(qp))
+	ends := last && !r.followed(qp, w, tail)
+	h.BTH.AckReq = qp.reliable() && (ends || r.noackPkts > MaxPktPerAck || fills || r.exhausts(qp))
 	r.noackPkts++
 	if h.BTH.AckReq {
 		r.noackPkts = 0

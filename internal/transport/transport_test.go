@@ -38,6 +38,115 @@ func TestAckReqCadence(t *testing.T) {
 	}
 }
 
+// TestAckReqInBursts: a SEND or WRITE that another follows in the same
+// run of sends does not ask for an ACK; the last of the run, a signaled
+// one, one before a READ or a fenced WRITE, the cadence and every resend
+// still do.
+func TestAckReqInBursts(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		size   int // bytes per WRITE (MTU 256)
+		n      int // WRITEs, the last signaled
+		edit   func(i int, wr *SendWR)
+		want   []int // packets (from 1) with AckReq
+		budget bool  // the device's PSN budget, with PSNs to spare
+	}{
+		{"burst", 8, 60, nil, []int{60}, false},
+		{"cadence", 512, 40, nil, []int{66, 80}, false},
+		{"signaled", 8, 60, func(i int, wr *SendWR) {
+			if i == 19 {
+				wr.Flags |= SendSignaled
+			}
+		}, []int{20, 60}, false},
+		{"before a READ", 8, 60, func(i int, wr *SendWR) {
+			if i == 29 {
+				wr.Opcode = WRRDMARead
+			}
+		}, []int{29, 30, 60}, false},
+		{"before a fence", 8, 60, func(i int, wr *SendWR) {
+			if i == 29 {
+				wr.Flags |= SendFence
+			}
+		}, []int{29, 60}, false},
+		{"SENDs", 8, 60, func(_ int, wr *SendWR) { wr.Opcode = WRSend }, []int{60}, false},
+		// Each one-packet message takes its own PSN from the budget.
+		{"budget", 8, 60, nil, []int{60}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 256, nil)
+			if tc.budget {
+				h.a.qp.cfg.Window, h.a.qp.cfg.Budget = 512, NewBudget(1024, func(*QP) {})
+			}
+			recvs := 0
+			for i := range tc.n {
+				wr := SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, tc.size)},
+					RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()}
+				if i == tc.n-1 {
+					wr.Flags |= SendSignaled
+				}
+				if tc.edit != nil {
+					tc.edit(i, &wr)
+				}
+				if wr.Opcode == WRSend {
+					h.postRecv(h.b, RecvWR{WRID: uint64(i), SGL: []memory.SGE{h.b.sge(0, tc.size)}})
+					recvs++
+				}
+				h.post(h.a, wr)
+			}
+			h.deliver()
+			var asked []int
+			for i, p := range h.sent {
+				if p.BTH.AckReq() {
+					asked = append(asked, i+1)
+				}
+			}
+			if !equalInts(asked, tc.want) {
+				t.Errorf("AckReq on packets %v, want %v", asked, tc.want)
+			}
+			if n := len(h.b.cq.wcs); n != recvs {
+				t.Errorf("%d receive WCs, want %d", n, recvs)
+			}
+			if last := h.a.cq.wcs[len(h.a.cq.wcs)-1]; last.WRID != uint64(tc.n-1) || last.Status != WCSuccess {
+				t.Errorf("last WC %+v, want WR %d done", last, tc.n-1)
+			}
+			if sends, _ := h.a.qp.Outstanding(); sends != 0 {
+				t.Errorf("%d send WQEs outstanding after the last ACK", sends)
+			}
+		})
+	}
+}
+
+// TestAckReqOnResend: a burst lost whole is resent after the ACK timeout
+// with AckReq on the last packet of every message, as rxe asks.
+func TestAckReqOnResend(t *testing.T) {
+	h := newHarness(t, 256, nil)
+	first := true
+	h.drop = func(toB bool, _ *wire.Packet) bool { return toB && first }
+	for i := range 10 {
+		wr := SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, 8)},
+			RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()}
+		if i == 9 {
+			wr.Flags |= SendSignaled
+		}
+		h.post(h.a, wr)
+	}
+	h.deliver()
+	first = false
+	h.advance()
+	h.deliver()
+	if len(h.sent) != 20 {
+		t.Fatalf("%d packets sent, want 10 and 10 resent", len(h.sent))
+	}
+	for i, p := range h.sent {
+		if want := i == 9 || i >= 10; p.BTH.AckReq() != want {
+			t.Errorf("packet %d: AckReq %v, want %v", i+1, p.BTH.AckReq(), want)
+		}
+	}
+	if len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess {
+		t.Errorf("WCs %+v", h.a.cq.wcs)
+	}
+}
+
 func equalInts(a, b []int) bool {
 	if len(a) != len(b) {
 		return false
