@@ -78,9 +78,10 @@ type QP struct {
 	t      *transport.QP // owned by the worker
 	w      *worker
 	kicked atomic.Bool
-	dirty  bool      // queued for Progress on its worker; owned by the worker
-	tAt    time.Time // the deadline filed in the worker's timer heap; owned by the worker
-	tIndex int       // index + 1 in the timer heap, 0 when not in it; owned by the worker
+	posts  atomic.Uint32 // how posts arrive (postIdle, postBurst): PostSend
+	dirty  bool          // queued for Progress on its worker; owned by the worker
+	tAt    time.Time     // the deadline filed in the worker's timer heap; owned by the worker
+	tIndex int           // index + 1 in the timer heap, 0 when not in it; owned by the worker
 
 	mu    sync.Mutex // guards state and attr
 	state QPState
@@ -330,10 +331,7 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	st := qp.State()
 	n, err := qp.t.PostSend(wrs, st)
 	if n > 0 {
-		// Work posted to an idle queue (a ping-pong's) goes out at once
-		// from this goroutine; a queue with work already outstanding (a
-		// bandwidth test's) is left to the worker, which batches it.
-		if qp.t.SendQueueLen() == n {
+		if qp.postsInline(qp.t.SendQueueLen(), n) {
 			qp.kickInline()
 		} else {
 			qp.kick()
@@ -369,6 +367,35 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	}
 	return n, nil
 }
+
+// postsInline reports whether the n WQEs just posted, which leave queued
+// WQEs in the send queue, go out at once from the posting goroutine
+// rather than from the worker's next turn.
+//
+// Work posted to an idle queue (a ping-pong's) goes out at once; a queue
+// with work already outstanding (a bandwidth test's) is left to the
+// worker, which batches it. Except that when the last post to an idle
+// queue was followed by a burst before the queue emptied, this one likely
+// starts a burst too (ib_write_bw refills its window 100 WRs at a time):
+// sent alone it would cost a write of its own and an ACK, so it waits for
+// the worker's turn, with those that follow. A post that finds the queue
+// idle twice in a row goes inline again; one that finds a single WQE
+// outstanding (a ping-pong's whose ACK is late) changes nothing.
+func (qp *QP) postsInline(queued, n int) bool {
+	if queued != n {
+		if queued-n >= 2 {
+			qp.posts.Store(postBurst)
+		}
+		return false
+	}
+	return qp.posts.Swap(postIdle) != postBurst
+}
+
+// How a QP's posts arrive (QP.posts).
+const (
+	postIdle  = 1 + iota // the last post to an idle send queue stands alone so far
+	postBurst            // it was followed by posts that found two or more WQEs outstanding
+)
 
 // kick asks the QP's worker to run the requester.
 func (qp *QP) kick() {
