@@ -367,6 +367,16 @@ func (p *dispatcher) progress(now int64) int {
 	return n
 }
 
+// queued reports whether a worker has events queued.
+func (p *dispatcher) queued() bool {
+	for _, w := range p.workers {
+		if w.pending.Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // handOff gets the reader out of its wait, in which it holds the socket,
 // and into parkWhilePolled, when polling starts. The reader waits in the Go
 // netpoller, and a wait there ends only when the scheduler polls the

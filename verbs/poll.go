@@ -66,6 +66,13 @@ func (d *Device) BusyPoll(spin time.Duration, done func() bool) bool {
 		if done() {
 			return true
 		}
+		if d.disp.queued() {
+			// A worker has events queued (the kicks of WRs the caller
+			// just posted): let it write them before this poller reads
+			// the socket, which would find nothing yet, at the cost of a
+			// system call ahead of every burst.
+			runtime.Gosched()
+		}
 		if d.disp.progress(now) == 0 {
 			// Let the goroutines that share this P run (a worker the
 			// poller handed a burst to, timers); with none, this
