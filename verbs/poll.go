@@ -98,8 +98,10 @@ func (d *Device) BusyPoll(spin time.Duration, done func() bool) bool {
 // can pull the peer's thread onto the poller's own CPU, where it waits
 // for as long as the poller spins: the answer the poller waits for is
 // stuck behind it. ib_write_bw between two processes on a 2-vCPU VM
-// (docs/PERFORMANCE.md, ninth round) did so often enough that yielding after 50 µs
-// moved 64-byte WRITEs 6–20 % faster, 64 KiB WRITEs 5–40 %. Yielding
+// (docs/PERFORMANCE.md, ninth round) did so often enough that yielding
+// after 50 µs moved 64-byte WRITEs 6–20 % faster, 64 KiB WRITEs 5–40 %.
+// Counting the 50 µs from the last poll that read something instead of
+// from the start of the wait cost 64 KiB WRITEs 16 % (tenth round). Yielding
 // after 20 µs cost the 2-byte latency test (whose round trip is about
 // 15–20 µs there) a microsecond or two; after 50 µs it is rare there.
 const yieldAfter = 50 * time.Microsecond

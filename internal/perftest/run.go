@@ -244,9 +244,10 @@ func (s *side) connect() error {
 }
 
 // busySpin is how long a wait of p's test busy-polls the device before it
-// blocks, the same on both sides: perftest's tests poll their CQs, and here the poll drives the device too (verbs.Device.BusyPoll),
-// which saves the wake-ups that are most of a small message's latency.
-// With -e a wait blocks at once.
+// blocks, the same on both sides: perftest's tests poll their CQs, and
+// here the poll drives the device too (verbs.Device.BusyPoll), which
+// saves the wake-ups that are most of a small message's latency. With -e
+// a wait blocks at once.
 //
 // A bandwidth test polls in the tools' own processes (Params.PollBW), on
 // both sides, unless -b. On the side that sends the data (the client of
