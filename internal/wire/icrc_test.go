@@ -215,15 +215,27 @@ func TestICRCAllocs(t *testing.T) {
 	}
 }
 
+// BenchmarkICRC: the ICRC of a WRITE with a payload of each size (BTH,
+// RETH, payload), as a receiver checks it (ICRC) and as a sender builds it
+// with the payload gathered from the MR (ICRCGather).
 func BenchmarkICRC(b *testing.B) {
-	for _, size := range []int{64, 1024, 4096} {
-		pkt := make([]byte, wire.BTHLen+wire.RETHLen+size)
-		f := wire.IPFields{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xc000, DstPort: wire.UDPPort, FlagsFrag: wire.DF}
+	f := wire.IPFields{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xc000, DstPort: wire.UDPPort, FlagsFrag: wire.DF}
+	for _, size := range []int{64, 256, 464, 1024, 4096} {
+		split := wire.BTHLen + wire.RETHLen
+		pkt := make([]byte, split+size)
+		payload := make([]byte, size)
 		b.Run(byteSize(size), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(pkt)))
 			for b.Loop() {
 				f.ICRC(pkt)
+			}
+		})
+		b.Run("gather/"+byteSize(size), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(pkt)))
+			for b.Loop() {
+				f.ICRCGather(pkt, split, payload)
 			}
 		})
 	}
