@@ -61,16 +61,16 @@ var gsoSupport = sync.OnceValue(func() bool {
 	return unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil
 })
 
-// setMsg makes message j send the packets whose I/O vectors are
-// iovs[i:i+n] to a, as one super-packet of segments of segSize bytes if n
-// is more than 1.
-func (m *mmsg) setMsg(j, i, n int, a netip.AddrPort, scope uint32, segSize int) {
+// setMsg makes message j send the I/O vectors iovs[i:i+nv] to a: segs
+// packets, as one super-packet of segments of segSize bytes if segs is more
+// than 1.
+func (m *mmsg) setMsg(j, i, nv, segs int, a netip.AddrPort, scope uint32, segSize int) {
 	m.setName(j, a, scope)
 	h := &m.hs[j].hdr
 	h.Iov = &m.iovs[i]
-	h.SetIovlen(n)
-	m.segs[j] = uint8(n)
-	if n == 1 {
+	h.SetIovlen(nv)
+	m.segs[j] = uint8(segs)
+	if segs == 1 {
 		h.Control = nil
 		h.SetControllen(0)
 		return

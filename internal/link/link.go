@@ -372,6 +372,24 @@ func flattenICRC(p *Packet, f *wire.IPFields) {
 	p.Buf, p.Payload, p.Split = b, nil, 0
 }
 
+// flattenInto puts p together in dst, which must hold p.size() bytes, with
+// its ICRC, reading a gathered payload once (wire.IPFields.ICRCGather), and
+// returns the packet's length. p is left as it was.
+func flattenInto(dst []byte, p *Packet, f *wire.IPFields) int {
+	n := p.size()
+	b := dst[:n]
+	body := b[:n-wire.ICRCLen]
+	if p.Payload == nil {
+		copy(b, p.Buf)
+		wire.PutICRC(b, f.ICRC(body))
+		return n
+	}
+	copy(b, p.Buf[:p.Split])
+	copy(b[p.Split+len(p.Payload):], p.Buf[p.Split:])
+	wire.PutICRC(b, f.ICRCGather(body, p.Split, p.Payload))
+	return n
+}
+
 // putICRC fills the ICRC of pkt (BTH through ICRC, len >= minPacket).
 func putICRC(pkt []byte, f *wire.IPFields) {
 	body := pkt[:len(pkt)-wire.ICRCLen]

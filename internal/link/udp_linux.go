@@ -65,6 +65,11 @@ type UDPConfig struct {
 
 const defaultSocketBuffer = 4 << 20
 
+// stageSegment is the largest segment of a super-packet that sendRuns puts
+// together in the link's stage, so that the kernel copies one I/O vector
+// instead of one per segment.
+const stageSegment = 512
+
 // maxPortSockets caps the send-only sockets a UDP link opens for per-QP
 // source ports.
 const maxPortSockets = 1024
@@ -140,6 +145,7 @@ type UDP struct {
 
 	writeMu sync.Mutex
 	wr      *mmsg       // guarded by writeMu
+	stage   []byte      // super-packets of small segments put together (sendRuns); guarded by writeMu
 	gso     bool        // send runs as UDP_SEGMENT super-packets; guarded by writeMu
 	fault   *faultStage // nil: no faults
 	fout    []faultOut  // the fault stage's output; guarded by writeMu
@@ -234,6 +240,7 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 		wbuf:  wbuf,
 		rd:    newMmsg(),
 		wr:    newMmsg(),
+		stage: make([]byte, 0, MaxBatch*stageSegment),
 		ports: make(map[uint16]*portSocket),
 		fault: fault,
 		gso:   gso,
@@ -728,11 +735,28 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 	m := u.wr
 	defer m.clearBufs(len(pkts))
 	maxBytes := maxGSOBytes(src.Addr().Is6())
+	stage := u.stage[:0]
 	nm := 0
 	for i := 0; i < len(pkts); nm++ {
 		n := gsoRun(pkts[i:], maxSegments, maxBytes)
 		dst := plain(pkts[i].Peer)
 		f := sendFields(src, dst)
+		seg := pkts[i].size()
+		if n > 1 && seg <= stageSegment && len(stage)+n*seg <= cap(stage) {
+			// One I/O vector for the super-packet: its segments put
+			// together one after another in the stage.
+			start := len(stage)
+			for k := range n {
+				if f.Src.Is4() {
+					f.ID = uint16(k)
+				}
+				stage = stage[:len(stage)+flattenInto(stage[len(stage):cap(stage)], &pkts[i+k], &f)]
+			}
+			m.setBuf(i, stage[start:])
+			m.setMsg(nm, i, 1, n, dst, u.scope, seg)
+			i += n
+			continue
+		}
 		for k := range n {
 			p := &pkts[i+k]
 			if f.Src.Is4() {
@@ -741,7 +765,7 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 			flattenICRC(p, &f)
 			m.setBuf(i+k, p.Buf)
 		}
-		m.setMsg(nm, i, n, dst, u.scope, len(pkts[i].Buf))
+		m.setMsg(nm, i, n, n, dst, u.scope, seg)
 		i += n
 	}
 	for off := 0; off < nm; {
