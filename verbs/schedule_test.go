@@ -27,7 +27,9 @@ func (l *recordingLink) WriteBatch(pkts []link.Packet) (int, error) {
 // TestWriteSchedule checks the sizes of a turn's writes (worker.Emit):
 // the first after firstWrite packets, so the peer starts on them while
 // the rest is built, then each as large as all written before it in the
-// turn, up to link.MaxBatch, and the rest when the turn ends.
+// turn, at least twice firstWrite, up to link.MaxBatch, and the rest when
+// the turn ends. A signaled WR that unsignaled ones follow ends a write
+// where at least pushWrite packets are queued (worker.Push).
 func TestWriteSchedule(t *testing.T) {
 	a, b := netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791")
 	la, lb := link.NewMemPair(a, b)
@@ -36,20 +38,28 @@ func TestWriteSchedule(t *testing.T) {
 	ea, eb := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
 	connect(t, ea, eb, MTU1024)
 	for _, tc := range []struct {
-		wrs  int
-		want []int
+		wrs      int
+		signaled int // which WR (from 1); 0: the last
+		want     []int
 	}{
-		{10, []int{10}},
-		{32, []int{32}},
-		{100, []int{32, 32, 36}},
-		{250, []int{32, 32, 64, 122}},
+		{10, 0, []int{10}},
+		{32, 0, []int{32}},
+		{100, 0, []int{32, 64, 4}},
+		{250, 0, []int{32, 64, 96, 58}},
+		// perftest's bandwidth test: 100 WRs posted, the 72nd signaled.
+		{100, 72, []int{32, 40, 28}},
+		{100, 56, []int{32, 24, 44}},
+		{100, 40, []int{32, 64, 4}}, // 8 queued: too few to write alone
 	} {
 		wrs := make([]SendWR, tc.wrs)
 		for i := range wrs {
 			wrs[i] = SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, SGL: []SGE{ea.mr.SGE(64*i, 64)},
 				RemoteAddr: eb.mr.Addr() + uint64(64*i), RKey: eb.mr.RKey()}
 		}
-		wrs[len(wrs)-1].Flags = SendSignaled
+		if tc.signaled == 0 {
+			tc.signaled = tc.wrs
+		}
+		wrs[tc.signaled-1].Flags = SendSignaled
 		settle(da)
 		rec.mu.Lock()
 		rec.writes = rec.writes[:0]
@@ -64,7 +74,7 @@ func TestWriteSchedule(t *testing.T) {
 		got := slices.Clone(rec.writes)
 		rec.mu.Unlock()
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("%d WRITEs went out in writes of %v packets, want %v", tc.wrs, got, tc.want)
+			t.Errorf("%d WRITEs, the %dth signaled, went out in writes of %v packets, want %v", tc.wrs, tc.signaled, got, tc.want)
 		}
 	}
 }

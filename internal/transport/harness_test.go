@@ -17,15 +17,18 @@ import (
 // duplicate), and time is a variable the test advances.
 
 type fakeEnv struct {
-	out    []link.Packet
-	fatal  []WCStatus
-	gather bool // Gathers: emitted packets may carry link.Packet.Payload
+	out     []link.Packet
+	fatal   []WCStatus
+	gather  bool  // Gathers: emitted packets may carry link.Packet.Payload
+	emitted int   // packets emitted so far
+	pushed  []int // emitted at each Push
 }
 
 func (e *fakeEnv) Buffer() []byte           { return make([]byte, 0, link.MaxPacket) }
-func (e *fakeEnv) Emit(p link.Packet)       { e.out = append(e.out, p) }
+func (e *fakeEnv) Emit(p link.Packet)       { e.out = append(e.out, p); e.emitted++ }
 func (e *fakeEnv) Fatal(_ *QP, s WCStatus)  { e.fatal = append(e.fatal, s) }
 func (e *fakeEnv) Gathers() bool            { return e.gather }
+func (e *fakeEnv) Push()                    { e.pushed = append(e.pushed, e.emitted) }
 func (e *fakeEnv) take() (ps []link.Packet) { ps, e.out = e.out, nil; return ps }
 
 type fakeCQ struct{ wcs []WC }

@@ -64,6 +64,12 @@ type Env interface {
 	// lies (link.Packet.Payload) without copying it twice: the QP then
 	// emits payloads that way when it can.
 	Gathers() bool
+	// Push says that the packets emitted so far should not wait for the
+	// rest of the turn: the last one ends a signaled WR, whose completion
+	// the application waits for, and more follow it. The device may write
+	// them at once, so that the peer's ACK is on its way while the rest
+	// are built.
+	Push()
 }
 
 // CQ receives completions.

@@ -213,6 +213,28 @@ func (r *requester) followed(qp *QP, w *sendWQE, tail uint64) bool {
 	return streams(next) && next.wr.Flags&SendFence == 0 && next.failed == WCSuccess
 }
 
+// lastSignaled reports whether the WQE being sent, a signaled one, is the
+// last signaled one of the run request found posted (up to tail, looking
+// pushLookahead WQEs ahead) and not the run's last WQE: its completion is
+// the one the application waits for next, and it is worth writing before
+// the rest of the run is built (Env.Push). When every WR is signaled, the
+// run's last is the one, and it goes with the turn's last write anyway.
+func (r *requester) lastSignaled(qp *QP, tail uint64) bool {
+	if r.wqe+1 == tail {
+		return false
+	}
+	for i := r.wqe + 1; i != tail && i != r.wqe+1+pushLookahead; i++ {
+		if qp.cfg.SQ.slot(i).signaled {
+			return false
+		}
+	}
+	return true
+}
+
+// pushLookahead bounds how far lastSignaled looks for another signaled
+// WQE: past it, the WR being sent is waited for long before the next one.
+const pushLookahead = 128
+
 // streams reports whether w is a SEND or an RDMA WRITE: a message that
 // needs nothing back but its ACK.
 func streams(w *sendWQE) bool {
@@ -287,6 +309,9 @@ func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 		w.failed = WCLocProtErr
 		w.sent, w.acked = true, true
 		return false
+	}
+	if last && w.signaled && r.lastSignaled(qp, tail) {
+		qp.env.Push()
 	}
 
 	switch w.wr.Opcode {

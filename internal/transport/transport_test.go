@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"testing"
 	"time"
 
@@ -111,6 +112,46 @@ func TestAckReqInBursts(t *testing.T) {
 			}
 			if sends, _ := h.a.qp.Outstanding(); sends != 0 {
 				t.Errorf("%d send WQEs outstanding after the last ACK", sends)
+			}
+		})
+	}
+}
+
+// TestPush: the requester asks the device to write what it has emitted
+// (Env.Push) after the last packet of a signaled WR that other WQEs of the
+// run follow, none of them signaled: the completion the application waits
+// for next. Not where a later WR of the run is signaled, nor after the
+// run's last WR.
+func TestPush(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		size     int   // bytes per WRITE (MTU 256)
+		n        int   // WRITEs posted in one run
+		signaled []int // which (from 1)
+		want     []int // packets emitted (from 1) at each Push
+	}{
+		{"perftest", 8, 60, []int{40}, []int{40}},
+		{"two signaled", 8, 60, []int{20, 40}, []int{40}},
+		{"all signaled", 8, 20, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, nil},
+		{"the last signaled", 8, 60, []int{60}, nil},
+		{"multi-packet", 512, 10, []int{5}, []int{10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 256, nil)
+			for i := range tc.n {
+				wr := SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, tc.size)},
+					RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()}
+				if slices.Contains(tc.signaled, i+1) {
+					wr.Flags |= SendSignaled
+				}
+				h.post(h.a, wr)
+			}
+			h.deliver()
+			if !equalInts(h.a.env.pushed, tc.want) {
+				t.Errorf("Push after packets %v, want %v", h.a.env.pushed, tc.want)
+			}
+			if n := len(h.a.cq.wcs); n != len(tc.signaled) {
+				t.Errorf("%d WCs, want %d", n, len(tc.signaled))
 			}
 		})
 	}

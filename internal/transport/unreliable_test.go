@@ -265,6 +265,7 @@ func (e *reuseEnv) Buffer() []byte      { return e.buf[:0] }
 func (e *reuseEnv) Emit(link.Packet)    {}
 func (e *reuseEnv) Fatal(*QP, WCStatus) {}
 func (e *reuseEnv) Gathers() bool       { return false }
+func (e *reuseEnv) Push()               {}
 
 // TestUDNetworkHeaderUnknownDst: a packet whose destination the link did
 // not report still gets a well-formed header.
