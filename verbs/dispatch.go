@@ -517,6 +517,7 @@ type worker struct {
 	dirty   []*QP // QPs to run Progress on, each once (QP.dirty)
 	spare   []*QP // the other dirty list, reused
 	tx      []link.Packet
+	bufs    [][]byte // buffers of written packets, for Buffer (keepBufs)
 	held    int   // tx[:held] are ACKs held back by a poller's turn (finishTurn)
 	lastReq int64 // when flush last wrote a request packet, in nanotime; 0: never
 	pkt     wire.Packet
@@ -817,8 +818,21 @@ func (h *qpTimers) Pop() any {
 	return qp
 }
 
-// Buffer implements transport.Env.
-func (w *worker) Buffer() []byte { return getBuf() }
+// Buffer implements transport.Env: a buffer the worker's last writes
+// gave back, or one from the pool.
+func (w *worker) Buffer() []byte {
+	if n := len(w.bufs); n > 0 {
+		b := w.bufs[n-1]
+		w.bufs = w.bufs[:n-1]
+		return b
+	}
+	return getBuf()
+}
+
+// keepBufs is how many written packets' buffers a worker keeps for its
+// next ones (Buffer), instead of passing them through bufPool: a turn's
+// worth, which its next turn takes back without the pool's pinning.
+const keepBufs = link.MaxBatch
 
 // Emit implements transport.Env: packets are written in batches, which
 // grow through a turn (firstWrite, then as many as the turn has written
@@ -943,7 +957,11 @@ func (w *worker) flush() {
 			w.dev.stats.Inc(stats.SendErr)
 		}
 		for i := range n {
-			putBuf(w.tx[i].Buf)
+			if len(w.bufs) < keepBufs {
+				w.bufs = append(w.bufs, w.tx[i].Buf[:0])
+			} else {
+				putBuf(w.tx[i].Buf)
+			}
 			w.tx[i] = link.Packet{}
 		}
 		w.tx = w.tx[:copy(w.tx, w.tx[n:])]
