@@ -84,6 +84,11 @@ type dispatcher struct {
 	parked   chan struct{}
 	pollMu   sync.Mutex
 	poll     *router // guarded by pollMu
+
+	// graceWaits counts the hand-offs that waited out pollGrace: the
+	// reader did not park (it was routing a batch that long, or took the
+	// poll for over).
+	graceWaits atomic.Int64
 }
 
 func newDispatcher(d *Device, n int) *dispatcher {
@@ -399,6 +404,7 @@ func (p *dispatcher) handOff() {
 	case <-p.parked:
 	case <-p.readerDone:
 	case <-t.C:
+		p.graceWaits.Add(1)
 	}
 	t.Stop()
 }

@@ -70,8 +70,14 @@ func (d *Device) BusyPoll(spin time.Duration, done func() bool) bool {
 			// A worker has events queued (the kicks of WRs the caller
 			// just posted): let it write them before this poller reads
 			// the socket, which would find nothing yet, at the cost of a
-			// system call ahead of every burst.
+			// system call ahead of every burst. The worker's turn can
+			// take milliseconds (128 WRITEs of 16 KiB: 1.3 ms), so the
+			// clock is read again: progress stamps the poll with now,
+			// and a reader that found the stamp older than pollGrace
+			// would take the poller for gone and read instead of
+			// parking, leaving handOff to wait out pollGrace.
 			runtime.Gosched()
+			now = nanotime()
 		}
 		if d.disp.progress(now) == 0 {
 			// Let the goroutines that share this P run (a worker the
