@@ -524,8 +524,8 @@ type worker struct {
 	spare   []*QP // the other dirty list, reused
 	tx      []link.Packet
 	bufs    [][]byte // buffers of written packets, for Buffer (keepBufs)
-	held    int   // tx[:held] are ACKs held back by a poller's turn (finishTurn)
-	lastReq int64 // when flush last wrote a request packet, in nanotime; 0: never
+	held    int      // tx[:held] are ACKs held back by a poller's turn (finishTurn)
+	lastReq int64    // when flush last wrote a request packet, in nanotime; 0: never
 	pkt     wire.Packet
 	timers  qpTimers          // QPs with a deadline, earliest first
 	eager   bool              // a post is running inline: write every eagerBatch packets
