@@ -112,7 +112,9 @@ const shortPacket = 512
 // ICRCCopy copies a packet (BTH through pad) given in three parts, head
 // (at least the whole BTH), payload and tail (pad), one after the other
 // into dst, and returns the packet's ICRC as ICRC does. It reads each part
-// once: the copy rides on the CRC's loads (fastcrc.UpdateCopy). A link
+// once: the copy rides on the CRC's loads (fastcrc.UpdateCopy), except in
+// a packet of up to shortPacket bytes, copied first and then checksummed
+// in dst, which costs less there. A link
 // that sends through memory it shares with the receiver fills a slot and
 // checksums it in one pass this way, the payload taken from where it lies
 // (a gather) or in head with the rest. It does not allocate.
@@ -132,7 +134,9 @@ func (f *IPFields) ICRCCopy(dst, head, payload, tail []byte) uint32 {
 
 // ICRCGather copies payload into pkt[split:split+len(payload)] and returns
 // the ICRC of pkt (BTH through pad) as ICRC does, reading the payload once:
-// the copy rides on the CRC's loads (fastcrc.UpdateCopy). The headers
+// the copy rides on the CRC's loads (fastcrc.UpdateCopy), except in a
+// packet of up to shortPacket bytes, copied first and then checksummed in
+// pkt, which costs less there. The headers
 // (pkt[:split], at least the whole BTH) and the pad after the payload must
 // already be in place. A link that sends a gathered packet through a socket
 // puts it together in its buffer this way. It does not allocate.
