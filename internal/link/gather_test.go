@@ -24,8 +24,10 @@ func gathered(pkts []Packet) []Packet {
 }
 
 // TestGatherWrite: a gathered packet arrives as the packet it stands for,
-// ICRC included, over every path: UDP (with and without GSO), the
-// same-host ring, the memory pair, and UDP through a fault stage.
+// ICRC included, over every path: UDP (with and without GSO, and a run of
+// small packets that a UDP link with GSO puts together in its stage), the
+// same-host ring, the memory pair, and UDP through a fault stage; the
+// link counts the whole packets' bytes.
 func TestGatherWrite(t *testing.T) {
 	mem := func(t *testing.T) (Link, Link) {
 		a, b := NewMemPair(mustParse("10.0.0.1:4791"), mustParse("10.0.0.2:4791"))
@@ -48,9 +50,19 @@ func TestGatherWrite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := tc.open(t)
 			want := batch(12, b.LocalAddr())
+			for i := range 8 {
+				want = append(want, Packet{Buf: buildPacket(make([]byte, MaxPacket), 0x11, uint32(100+i), 64, byte(i)), Peer: b.LocalAddr()})
+			}
 			sent := gathered(want)
 			if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
 				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			var bytes uint64
+			for _, p := range want {
+				bytes += uint64(len(p.Buf))
+			}
+			if st := a.Stats(); st.SentPackets != uint64(len(want)) || st.SentBytes != bytes {
+				t.Errorf("Stats: %d packets, %d bytes sent; want %d, %d", st.SentPackets, st.SentBytes, len(want), bytes)
 			}
 			var ids []uint16
 			if _, ok := a.(*UDP); ok && tc.name == "udp" {

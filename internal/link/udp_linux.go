@@ -772,7 +772,7 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 		k, werr := m.writeTo(rc, off, nm-off)
 		for _, c := range m.segs[off : off+k] {
 			for _, p := range pkts[sent : sent+int(c)] {
-				bytes += uint64(len(p.Buf))
+				bytes += uint64(p.size()) // a staged packet still has its payload aside
 			}
 			sent += int(c)
 		}
