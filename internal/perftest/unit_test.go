@@ -118,7 +118,7 @@ func TestBusySpin(t *testing.T) {
 	for _, tc := range []struct {
 		tool   string
 		args   []string
-		PollBW bool
+		pollBW bool // Params.PollBW
 		busy   bool // whether the waits busy-poll
 	}{
 		{"ib_write_lat", nil, false, true},
@@ -141,9 +141,9 @@ func TestBusySpin(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s %q: %v", tc.tool, tc.args, err)
 		}
-		p.PollBW = tc.PollBW
+		p.PollBW = tc.pollBW
 		if got := p.busySpin() > 0; got != tc.busy {
-			t.Errorf("%s %q, PollBW %v: busy-polls %v, want %v", tc.tool, tc.args, tc.PollBW, got, tc.busy)
+			t.Errorf("%s %q, PollBW %v: busy-polls %v, want %v", tc.tool, tc.args, tc.pollBW, got, tc.busy)
 		}
 	}
 }
