@@ -11,7 +11,9 @@ import (
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/ntcopy"
 	"github.com/goroce/goroce/internal/stats"
+	"github.com/goroce/goroce/internal/transport"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -201,6 +203,10 @@ type Device struct {
 	gids  []GID
 	local netip.AddrPort
 
+	// placement decides, for all its QPs, which RDMA WRITEs are stored
+	// around the cache (transport.Placement).
+	placement *transport.Placement
+
 	mu     sync.Mutex
 	closed bool
 	qps    map[uint32]*QP // QPN → QP, for the dispatcher
@@ -222,6 +228,9 @@ type Device struct {
 
 // ErrClosed is returned by operations on a closed device.
 var ErrClosed = errors.New("verbs: device closed")
+
+// lastLevelCache is the size of this machine's last-level cache, read once.
+var lastLevelCache = sync.OnceValue(ntcopy.LastLevelCache)
 
 // Open creates a device on cfg.Addr and starts its goroutines.
 func Open(cfg Config) (*Device, error) {
@@ -251,6 +260,7 @@ func Open(cfg Config) (*Device, error) {
 		gids:   info.GIDs,
 		groups: map[netip.Addr]*mcGroup{},
 	}
+	d.placement = transport.NewPlacement(lastLevelCache())
 	if p, err := stats.Publish(d.name); err == nil {
 		d.published, d.stats = p, p.Counters
 	} else {

@@ -153,7 +153,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		Type: a.Type, QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ,
 		SQ: transport.NewSendQueue(c.MaxSendWR), RQ: rq, SRQ: a.SRQ != nil,
 		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData, Stats: d.stats,
-		Window: sendWindow, Budget: w.budget,
+		Window: sendWindow, Budget: w.budget, Placement: d.placement,
 	}, w)
 	qp.w = w
 	d.qps[qp.qpn] = qp

@@ -43,6 +43,7 @@ const (
 	FaultCEMarked                      //   … marked ECN CE
 	SameHostPkts                       // packets sent to a same-host peer through shared memory (Config.SameHost)
 	SameHostDrops                      //   … dropped because the peer's ring was full
+	ColdWrites                         // RDMA WRITE messages placed with non-temporal stores (transport.Placement)
 	NumCounters
 )
 
@@ -52,7 +53,7 @@ var names = [NumCounters]string{
 	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"sent_bytes", "rcvd_bytes", "icrc_errors", "malformed", "socket_drops",
 	"fault_dropped", "fault_duplicated", "fault_reordered", "fault_corrupted", "fault_delayed", "fault_ce_marked",
-	"samehost_pkts", "samehost_drops",
+	"samehost_pkts", "samehost_drops", "cold_writes",
 }
 
 func (c Counter) String() string { return names[c] }

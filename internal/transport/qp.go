@@ -104,6 +104,10 @@ type Config struct {
 	// Budget, when set, is shared with other RC QPs: together they have
 	// no more PSNs in flight than it grants (see Budget).
 	Budget *Budget
+
+	// Placement, when set, is the device's policy for storing RDMA WRITE
+	// payload around the cache; nil stores it the ordinary way.
+	Placement *Placement
 }
 
 // Path holds the connection attributes that modify_qp sets on the way to

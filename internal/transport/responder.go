@@ -35,6 +35,8 @@ type responder struct {
 	write    []byte // RDMA WRITE target, checked when the FIRST packet arrived
 	writeOff uint64
 	writeMR  *memory.Region // the region r.write lies in, told when the message is placed
+	writeNT  bool           // place r.write with non-temporal stores (Placement)
+	placed   uint64         // Placement's clock after this QP's last WRITE
 
 	readQ    []respJob // responses waiting to be sent, in PSN order
 	stats    *stats.Counters
@@ -306,7 +308,7 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 		return
 	}
 	if p.RETH != nil {
-		r.write, r.writeMR, r.writeOff = nil, nil, 0
+		r.write, r.writeMR, r.writeOff, r.writeNT = nil, nil, 0, false
 		// IBA 9.7.5.2.2: a zero-length WRITE checks no R_Key.
 		if n := uint64(p.RETH.DMALen()); n > 0 {
 			b, mr, ok := qp.checkRemote(p, pn, p.RETH.RKey(), p.RETH.VA(), n, memory.AccessRemoteWrite)
@@ -314,6 +316,10 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 				return
 			}
 			r.write, r.writeMR = b, mr
+			if qp.cfg.Placement.cold(&r.placed, n) {
+				r.writeNT = true
+				qp.cfg.Stats.Inc(stats.ColdWrites)
+			}
 		}
 	}
 	n := uint64(len(p.Payload))
@@ -326,7 +332,13 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	if p.ImmDt != nil && !qp.takeRecv(pn) {
 		return // RNR: nothing placed yet; the requester resends this packet
 	}
-	if !p.CopyPayload(r.write[r.writeOff:]) {
+	var placed bool
+	if r.writeNT {
+		placed = p.CopyPayloadNT(r.write[r.writeOff:])
+	} else {
+		placed = p.CopyPayload(r.write[r.writeOff:])
+	}
+	if !placed {
 		return // a deferred ICRC was wrong: dropped, nothing else changed
 	}
 	r.writeOff += n

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/goroce/goroce/internal/fastcrc"
+	"github.com/goroce/goroce/internal/ntcopy"
 )
 
 // ICRCLen is the length of the invariant CRC that ends every RoCE packet.
@@ -98,6 +99,17 @@ func (p *Packet) CopyPayload(dst []byte) bool {
 	c = fastcrc.UpdateCopy(c, dst, p.Payload)
 	c = fastcrc.Update(c, p.Pad)
 	p.icrcBad = c != StoredICRC(p.Raw)
+	return !p.icrcBad
+}
+
+// CopyPayloadNT is CopyPayload with non-temporal stores (internal/ntcopy),
+// for a target that is likely out of cache. A packet whose ICRC check was
+// deferred is checked and copied in one pass, as by CopyPayload.
+func (p *Packet) CopyPayloadNT(dst []byte) bool {
+	if p.icrcPending {
+		return p.CopyPayload(dst)
+	}
+	ntcopy.Copy(dst, p.Payload)
 	return !p.icrcBad
 }
 

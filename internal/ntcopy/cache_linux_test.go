@@ -1,0 +1,29 @@
+//go:build linux
+
+package ntcopy
+
+import "testing"
+
+func TestParseSize(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{{"32768K", 32 << 20}, {"512K", 512 << 10}, {"8M", 8 << 20}, {"64", 64}, {"", 0}, {"xK", 0}, {"-1K", 0}} {
+		if got := parseSize(c.in); got != c.want {
+			t.Errorf("parseSize(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+// TestLastLevelCache reads this machine's caches: a Linux machine with
+// sysfs reports at least its L2 (every CPU goroce runs on has one).
+func TestLastLevelCache(t *testing.T) {
+	n := LastLevelCache()
+	t.Logf("last-level cache: %d KiB", n>>10)
+	if n == 0 {
+		t.Skip("no cache sizes in sysfs")
+	}
+	if n < 64<<10 {
+		t.Fatalf("LastLevelCache() = %d, smaller than any unified cache", n)
+	}
+}

@@ -1,0 +1,117 @@
+package transport
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/stats"
+	"github.com/goroce/goroce/internal/wire"
+)
+
+// TestPlacementCold follows the reuse distance through a sequence of WRITE
+// messages of several QPs.
+func TestPlacementCold(t *testing.T) {
+	type msg struct {
+		qp   int
+		n    uint64
+		cold bool
+	}
+	for _, tc := range []struct {
+		name     string
+		distance uint64
+		msgs     []msg
+	}{
+		{"one QP rewrites its buffer", 1000, []msg{{0, 400, false}, {0, 400, false}, {0, 999, false}, {0, 400, false}}},
+		{"a message as long as the distance", 1000, []msg{{0, 1000, true}, {0, 10, false}, {1, 5000, true}}},
+		{"QPs in turn", 1000, []msg{
+			{0, 300, false}, {1, 300, false}, {2, 300, false},
+			{0, 300, false}, // 600 placed by others since, plus its own 300
+			{1, 300, false},
+			{2, 300, false},
+		}},
+		{"more QPs in turn", 1000, []msg{
+			{0, 300, false}, {1, 300, false}, {2, 300, false}, {3, 300, false},
+			{0, 300, true}, // 900 + 300
+			{1, 300, true},
+			{1, 300, false}, // its own again at once
+			{0, 300, false}, // 300 since its last
+		}},
+		{"distance 0", 0, []msg{{0, 1 << 40, false}, {1, 1, false}, {0, 1, false}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Placement{Distance: tc.distance}
+			last := make([]uint64, 4)
+			for i, m := range tc.msgs {
+				if got := p.cold(&last[m.qp], m.n); got != m.cold {
+					t.Fatalf("message %d (QP %d, %d bytes): cold %v, want %v", i, m.qp, m.n, got, m.cold)
+				}
+			}
+		})
+	}
+	var none *Placement
+	var last uint64
+	if none.cold(&last, 1<<40) {
+		t.Error("a nil Placement judged a message cold")
+	}
+	if p := NewPlacement(30 << 20); p.Distance != 10<<20 {
+		t.Errorf("NewPlacement(30 MiB).Distance = %d, want a third", p.Distance)
+	}
+}
+
+// TestPlacementWrite: WRITE messages judged cold are placed with
+// non-temporal stores, byte for byte as the others, in every packet of a
+// message (MTU 1024, odd lengths and offsets, a lost packet resent), and
+// counted in cold_writes; the others are not counted.
+func TestPlacementWrite(t *testing.T) {
+	h := newHarness(t, 1024, nil)
+	st := stats.New()
+	h.b.qp.cfg.Stats = st
+	h.b.qp.cfg.Placement = &Placement{Distance: 8 << 10}
+	for i := range h.a.buf {
+		h.a.buf[i] = byte(i*7 + 1)
+	}
+	lost := false
+	h.drop = func(toB bool, p *wire.Packet) bool {
+		if toB && !lost && p.BTH.Opcode().Op() == wire.OpWriteMiddle {
+			lost = true
+			return true
+		}
+		return false
+	}
+	type write struct {
+		src, dst, n int
+	}
+	writes := []write{
+		{0, 0x10000, 10*1024 + 17},    // cold: longer than the distance
+		{0x8000, 0x20003, 3*1024 + 5}, // not: 3 KiB since this QP's last
+		{0x3001, 0x30001, 9 * 1024},   // cold
+		{0x100, 0x40000, 100},         // not
+	}
+	for i, w := range writes {
+		h.post(h.a, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(w.src, w.n)},
+			RemoteAddr: h.b.mr.Addr() + uint64(w.dst), RKey: h.b.mr.RKey()})
+	}
+	h.deliver()
+	for range 20 {
+		if len(h.a.cq.wcs) == len(writes) {
+			break
+		}
+		h.advance()
+		h.deliver()
+	}
+	if len(h.a.cq.wcs) != len(writes) || !lost {
+		t.Fatalf("WCs %+v (lost a packet: %v), want %d", h.a.cq.wcs, lost, len(writes))
+	}
+	for i, w := range writes {
+		if !bytes.Equal(h.b.buf[w.dst:w.dst+w.n], h.a.buf[w.src:w.src+w.n]) {
+			t.Errorf("write %d: target differs from source", i)
+		}
+		if h.b.buf[w.dst-1] != 0 || h.b.buf[w.dst+w.n] != 0 {
+			t.Errorf("write %d: a byte beside the target changed", i)
+		}
+	}
+	if got := st.Get(stats.ColdWrites); got != 2 {
+		t.Errorf("cold_writes %d, want 2", got)
+	}
+}

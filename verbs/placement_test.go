@@ -1,0 +1,48 @@
+package verbs
+
+import (
+	"bytes"
+	"testing"
+)
+
+// TestColdWrites: the device places RDMA WRITEs whose target is likely out
+// of cache with non-temporal stores (transport.Placement), on every link:
+// the data arrives the same, at odd offsets, and cold_writes counts those
+// messages. The test lowers the device's reuse distance to 64 KiB, so that
+// each 100 KiB WRITE is cold and each 4 KiB one is not.
+func TestColdWrites(t *testing.T) {
+	if d := lastLevelCache() / 3; d > 0 {
+		t.Logf("reuse distance here: %d KiB", d>>10)
+	}
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			da, db := lk.open(t)
+			if got, want := db.placement.Distance, uint64(lastLevelCache()/3); got != want {
+				t.Fatalf("reuse distance %d, want a third of the last-level cache, %d", got, want)
+			}
+			db.placement.Distance = 64 << 10 // before the QPs exist: their workers see it
+			a, b := newEndpoint(t, da, 1<<20), newEndpoint(t, db, 1<<20)
+			connect(t, a, b, MTU1024)
+			fill(a.buf, 3)
+			sizes := []int{100<<10 + 5, 4 << 10, 100<<10 + 1, 4<<10 + 3}
+			for i, n := range sizes {
+				_, err := a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{a.mr.SGE(i*1000, n)}, RemoteAddr: b.mr.Addr() + uint64(i<<18) + 1, RKey: b.mr.RKey()}})
+				must(t, err)
+				if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+					t.Fatalf("WRITE %d: %+v", i, wc)
+				}
+			}
+			settle(db)
+			for i, n := range sizes {
+				off := i<<18 + 1
+				if !bytes.Equal(b.buf[off:off+n], a.buf[i*1000:i*1000+n]) || b.buf[off-1] != 0 || b.buf[off+n] != 0 {
+					t.Errorf("WRITE %d (%d bytes): target differs from source", i, n)
+				}
+			}
+			if got := db.Counters()["cold_writes"]; got != 2 {
+				t.Errorf("cold_writes %d, want 2", got)
+			}
+		})
+	}
+}
