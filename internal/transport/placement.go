@@ -24,7 +24,7 @@ import "sync/atomic"
 // copy of a 4 KiB packet into a cold target 1.4× as fast and into a
 // cached one 3.4× as slow; always used, they lost against ordinary stores
 // with 1 and 64 QPs writing 64 KiB each (64 KiB and 4 MiB of distance);
-// used from this distance on, 256 and 1024 QPs moved 1.16× and 1.2× the
+// used from this distance on, 256 and 1024 QPs moved 1.16× and 1.25× the
 // bytes in one process with 0.9× the CPU per byte.
 type Placement struct {
 	// Distance is the reuse distance in bytes from which a message is
