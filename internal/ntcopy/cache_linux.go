@@ -3,6 +3,7 @@
 package ntcopy
 
 import (
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -35,7 +36,7 @@ func LastLevelCache() int {
 }
 
 // parseSize reads sysfs's cache sizes: "32768K", "1024K", "8M"; 0 if it
-// is none of those.
+// is none of those or too large for an int.
 func parseSize(s string) int {
 	mult := 1
 	switch {
@@ -45,7 +46,7 @@ func parseSize(s string) int {
 		mult, s = 1<<20, s[:len(s)-1]
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
+	if err != nil || n < 0 || n > math.MaxInt/mult {
 		return 0
 	}
 	return n * mult

@@ -27,3 +27,20 @@ func TestLastLevelCache(t *testing.T) {
 		t.Fatalf("LastLevelCache() = %d, smaller than any unified cache", n)
 	}
 }
+
+// FuzzParseSize: any string yields a size that is 0 or what its digits and
+// suffix say, never a negative one or a panic.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"32768K", "512K", "8M", "64", "", "K", "9999999999999999999K", "1G"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := parseSize(s)
+		if n < 0 {
+			t.Fatalf("parseSize(%q) = %d", s, n)
+		}
+		if n > 0 && parseSize(s) != n {
+			t.Fatalf("parseSize(%q) is not stable", s)
+		}
+	})
+}
