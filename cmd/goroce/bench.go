@@ -31,6 +31,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	procs := fs.Int("procs", 0, "GOMAXPROCS for the goroce bandwidth tests (0: the process's own; the bandwidth tools run on 1)")
 	poll := fs.Bool("poll", false, "the goroce bandwidth tests' waits busy-poll on both sides, as the bandwidth tools' do (a core per device)")
 	sameHost := fs.Bool("samehost", false, "run goroce over the same-host path (shared memory, as GOROCE_SAMEHOST=1 does) instead of UDP")
+	rounds := fs.Int("rounds", 1, "run the comparison this many times and print the medians (and ranges) of its figures and of each round's ratios")
 	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
 	plot := fs.String("plot", "", "with -sweep or -replot: write an SVG plot of the sweep to this file")
 	replot := fs.String("replot", "", "plot the tables a sweep printed, saved in this file (with -plot), without measuring")
@@ -38,7 +39,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	maxQPs := fs.Int("max-qps", 1024, "with -sweep: the largest QP count")
 	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-poll] [-addrs A,B]")
+		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-poll] [-rounds N] [-addrs A,B]")
 		fmt.Fprintln(stderr, "       goroce bench -sweep [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B]")
 		fmt.Fprintln(stderr, "       goroce bench -replot SWEEP.txt -plot FILE.svg")
 		fs.PrintDefaults()
@@ -79,6 +80,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if *replot != "" {
 		return runReplot(*replot, *plot, stdout, stderr)
 	}
+	if *rounds < 1 || *rounds > 1 && (*cpuProfile != "" || *traceFile != "" || *sweep) {
+		fmt.Fprintf(stderr, "goroce bench: -rounds %d: want 1 or more, and 1 with -cpuprofile, -trace or -sweep\n", *rounds)
+		return 2
+	}
 	if *sweep {
 		return runSweep(v, cfg, *maxSize, *maxQPs, *sweepBytes, *plot, stdout, stderr)
 	}
@@ -99,7 +104,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		*out.w = f
 	}
 	cfg.Counters = *counters
-	if _, err := bench.Run(cfg, stdout); err != nil {
+	if *rounds > 1 {
+		_, err = bench.Rounds(cfg, *rounds, stdout)
+	} else {
+		_, err = bench.Run(cfg, stdout)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
 		return 1
 	}

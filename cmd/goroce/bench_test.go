@@ -87,10 +87,34 @@ func TestBenchSameHost(t *testing.T) {
 }
 
 func TestBenchFlags(t *testing.T) {
-	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"}} {
+	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"},
+		{"-rounds", "0"}, {"-rounds", "2", "-sweep"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"}} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("bench %q: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}
+
+// TestBenchRounds runs two small rounds and checks that each printed its
+// comparison and that the summary of both follows.
+func TestBenchRounds(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "-rounds", "2", "-n", "100", "-s", "16384", "-lat-n", "100", "-addrs", "127.0.5.14,127.0.5.15"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	o := out.String()
+	if n := strings.Count(o, "TCP on the same addresses"); n != 2 {
+		t.Errorf("%d comparisons, want 2:\n%s", n, o)
+	}
+	i := strings.Index(o, "2 rounds: medians (min–max)")
+	if i < 0 || i < strings.LastIndex(o, "round 2 of 2") {
+		t.Fatalf("no summary after the second round:\n%s", o)
+	}
+	for _, row := range []string{"BW average[MiB/sec], 16384 B", "t_typical[usec], 2 B, one way", "CPU seconds per GB (both ends)", "UDP alone"} {
+		if !strings.Contains(o[i:], row) {
+			t.Errorf("summary lacks %q:\n%s", row, o[i:])
 		}
 	}
 }
