@@ -115,3 +115,37 @@ func TestPlacementWrite(t *testing.T) {
 		t.Errorf("cold_writes %d, want 2", got)
 	}
 }
+
+// TestPlacementRNR: a cold WRITE with immediate that meets no receive WQE
+// is sent back with an RNR NAK before anything is placed; placed when the
+// requester sends it again, it counts once.
+func TestPlacementRNR(t *testing.T) {
+	h := newHarness(t, 1024, nil)
+	st := stats.New()
+	h.b.qp.cfg.Stats = st
+	h.b.qp.cfg.Placement = &Placement{Distance: 512}
+	for i := range h.a.buf {
+		h.a.buf[i] = byte(i*3 + 5)
+	}
+	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, Imm: 7,
+		SGL: []memory.SGE{h.a.sge(0x100, 1000)}, RemoteAddr: h.b.mr.Addr() + 0x2000, RKey: h.b.mr.RKey()})
+	h.deliver()
+	if len(h.back) != 1 || h.back[0].AETH.Type() != wire.AckTypeRNRNAK {
+		t.Fatalf("responder sent %d packets, want one RNR NAK", len(h.back))
+	}
+	if got := st.Get(stats.ColdWrites); got != 0 {
+		t.Fatalf("cold_writes %d before anything was placed", got)
+	}
+	h.postRecv(h.b, RecvWR{WRID: 9})
+	h.advance()
+	h.deliver()
+	if len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess || len(h.b.cq.wcs) != 1 {
+		t.Fatalf("after the RNR wait: WCs %+v / %+v", h.a.cq.wcs, h.b.cq.wcs)
+	}
+	if !bytes.Equal(h.b.buf[0x2000:0x2000+1000], h.a.buf[0x100:0x100+1000]) {
+		t.Error("target differs from source")
+	}
+	if got := st.Get(stats.ColdWrites); got != 1 {
+		t.Errorf("cold_writes %d, want 1", got)
+	}
+}

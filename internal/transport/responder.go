@@ -316,10 +316,6 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 				return
 			}
 			r.write, r.writeMR = b, mr
-			if qp.cfg.Placement.cold(&r.placed, n) {
-				r.writeNT = true
-				qp.cfg.Stats.Inc(stats.ColdWrites)
-			}
 		}
 	}
 	n := uint64(len(p.Payload))
@@ -332,6 +328,12 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	if p.ImmDt != nil && !qp.takeRecv(pn) {
 		return // RNR: nothing placed yet; the requester resends this packet
 	}
+	first := p.RETH != nil && len(r.write) > 0
+	if first {
+		// Decided once the message is sure to be placed: a packet an RNR
+		// NAK sends back is not counted twice.
+		r.writeNT = qp.cfg.Placement.cold(&r.placed, uint64(len(r.write)))
+	}
 	var placed bool
 	if r.writeNT {
 		placed = p.CopyPayloadNT(r.write[r.writeOff:])
@@ -340,6 +342,9 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	}
 	if !placed {
 		return // a deferred ICRC was wrong: dropped, nothing else changed
+	}
+	if first && r.writeNT {
+		qp.cfg.Stats.Inc(stats.ColdWrites)
 	}
 	r.writeOff += n
 	if last && r.writeMR != nil {
