@@ -51,7 +51,7 @@ func TestBusyPollLongTurn(t *testing.T) {
 	p := a.disp
 	p.endPoll()
 	// The reader may be late now and then (the race detector, a busy
-	// machine: 3 sets of 6 in 60 under nine parallel test processes); with
+	// machine: a set of 6 in 60 with six other race-test processes); with
 	// the stale stamp it never parked, in every round of every set. So a
 	// set where half the hand-offs waited is tried again, up to 3 times.
 	const rounds, sets = 6, 3
