@@ -60,6 +60,7 @@ type Config struct {
 
 // Result holds the figures of one run.
 type Result struct {
+	Size              int     // bandwidth test message size in bytes
 	BW, TCPBW         float64 // MiB/s
 	Lat, TCPLat       float64 // t_typical, µs, one way
 	BWRatio, LatRatio float64 // goroce / TCP
@@ -139,7 +140,7 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{}
+	res := &Result{Size: cfg.Size}
 	if res.BW, err = lastColumn(bwOut, 3); err != nil {
 		return nil, err
 	}

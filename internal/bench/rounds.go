@@ -24,17 +24,13 @@ func Rounds(cfg Config, n int, out io.Writer) ([]*Result, error) {
 		}
 		res = append(res, r)
 	}
-	size := cfg.Size
-	if size == 0 {
-		size = 65536
-	}
-	PrintSummary(out, size, res)
+	PrintSummary(out, res)
 	return res, nil
 }
 
 // PrintSummary prints the medians (and ranges) of the figures of rounds,
-// which ran with messages of size bytes.
-func PrintSummary(out io.Writer, size int, rounds []*Result) {
+// which ran with the same messages.
+func PrintSummary(out io.Writer, rounds []*Result) {
 	if len(rounds) == 0 {
 		return
 	}
@@ -51,7 +47,7 @@ func PrintSummary(out io.Writer, size int, rounds []*Result) {
 		ratio := func(r *Result) float64 { return g(r) / t(r) }
 		fmt.Fprintf(out, " %-30s %24s %24s %20s\n", name, spread(rounds, g, "%.2f"), spread(rounds, t, "%.2f"), spread(rounds, ratio, "%.2fx"))
 	}
-	row(fmt.Sprintf("BW average[MiB/sec], %d B", size),
+	row(fmt.Sprintf("BW average[MiB/sec], %d B", rounds[0].Size),
 		func(r *Result) float64 { return r.BW }, func(r *Result) float64 { return r.TCPBW })
 	row("t_typical[usec], 2 B, one way",
 		func(r *Result) float64 { return r.Lat }, func(r *Result) float64 { return r.TCPLat })

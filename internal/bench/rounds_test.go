@@ -9,13 +9,13 @@ import (
 // own ratio (not the ratio of the medians), rows for what was measured.
 func TestPrintSummary(t *testing.T) {
 	rounds := []*Result{
-		{BW: 3000, TCPBW: 2000, Lat: 8, TCPLat: 8, CPUPerGB: 0.6, TCPCPUPerGB: 0.8, UDPBW: 6000},
-		{BW: 2000, TCPBW: 2000, Lat: 10, TCPLat: 5, CPUPerGB: 0.8, TCPCPUPerGB: 0.8, UDPBW: 4000},
-		{BW: 2500, TCPBW: 1000, Lat: 9, TCPLat: 9, CPUPerGB: 0.7, TCPCPUPerGB: 0.7, UDPBW: 5000},
-		{BW: 1000, TCPBW: 500, Lat: 12, TCPLat: 6, CPUPerGB: 0.9, TCPCPUPerGB: 0.6, UDPBW: 2000},
+		{Size: 65536, BW: 3000, TCPBW: 2000, Lat: 8, TCPLat: 8, CPUPerGB: 0.6, TCPCPUPerGB: 0.8, UDPBW: 6000},
+		{Size: 65536, BW: 2000, TCPBW: 2000, Lat: 10, TCPLat: 5, CPUPerGB: 0.8, TCPCPUPerGB: 0.8, UDPBW: 4000},
+		{Size: 65536, BW: 2500, TCPBW: 1000, Lat: 9, TCPLat: 9, CPUPerGB: 0.7, TCPCPUPerGB: 0.7, UDPBW: 5000},
+		{Size: 65536, BW: 1000, TCPBW: 500, Lat: 12, TCPLat: 6, CPUPerGB: 0.9, TCPCPUPerGB: 0.6, UDPBW: 2000},
 	}
 	var b strings.Builder
-	PrintSummary(&b, 65536, rounds)
+	PrintSummary(&b, rounds)
 	out := b.String()
 	t.Log("\n" + out)
 	for _, want := range []string{
@@ -36,7 +36,7 @@ func TestPrintSummary(t *testing.T) {
 
 	// One round without latency or CPU figures: no ranges, no such rows.
 	b.Reset()
-	PrintSummary(&b, 4096, []*Result{{BW: 100, TCPBW: 50}})
+	PrintSummary(&b, []*Result{{Size: 4096, BW: 100, TCPBW: 50}})
 	out = b.String()
 	if !strings.Contains(out, "BW average[MiB/sec], 4096 B") || !strings.Contains(out, " 2.00x") || strings.Contains(out, "–") {
 		t.Errorf("one round:\n%s", out)

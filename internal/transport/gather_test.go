@@ -21,14 +21,7 @@ func TestGather(t *testing.T) {
 	for i := range h.b.buf {
 		h.b.buf[i] = byte(i*11 + 7)
 	}
-	lost := false
-	h.drop = func(toB bool, p *wire.Packet) bool {
-		if toB && !lost && p.BTH.Opcode().Op() == wire.OpWriteMiddle {
-			lost = true
-			return true
-		}
-		return false
-	}
+	lost := h.loseFirst(true, wire.OpWriteMiddle)
 	const w1, w2 = 10*256 + 17, 3 * 256
 	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, w1)},
 		RemoteAddr: h.b.mr.Addr() + 0x10000, RKey: h.b.mr.RKey()})
@@ -57,7 +50,7 @@ func TestGather(t *testing.T) {
 			t.Fatalf("WC %+v", wc)
 		}
 	}
-	if !lost {
+	if !*lost {
 		t.Fatal("no packet was lost")
 	}
 	if !bytes.Equal(h.b.buf[0x10000:0x10000+w1], h.a.buf[:w1]) {

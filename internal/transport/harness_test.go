@@ -102,6 +102,20 @@ func newHarness(t *testing.T, mtu int, edit func(pa, pb *Path)) *harness {
 	return &harness{t: t, a: a, b: b, now: time.Unix(1000, 0), drop: func(bool, *wire.Packet) bool { return false }}
 }
 
+// loseFirst makes the first packet with operation op (wire.Opcode.Op)
+// going to b (toB) or to a get lost, and returns whether it has been.
+func (h *harness) loseFirst(toB bool, op uint8) *bool {
+	lost := new(bool)
+	h.drop = func(to bool, p *wire.Packet) bool {
+		if to == toB && !*lost && p.BTH.Opcode().Op() == op {
+			*lost = true
+			return true
+		}
+		return false
+	}
+	return lost
+}
+
 // deliver moves packets both ways until neither side emits anything.
 func (h *harness) deliver() {
 	for range 10000 {

@@ -71,14 +71,7 @@ func TestPlacementWrite(t *testing.T) {
 	for i := range h.a.buf {
 		h.a.buf[i] = byte(i*7 + 1)
 	}
-	lost := false
-	h.drop = func(toB bool, p *wire.Packet) bool {
-		if toB && !lost && p.BTH.Opcode().Op() == wire.OpWriteMiddle {
-			lost = true
-			return true
-		}
-		return false
-	}
+	lost := h.loseFirst(true, wire.OpWriteMiddle)
 	type write struct {
 		src, dst, n int
 	}
@@ -100,8 +93,8 @@ func TestPlacementWrite(t *testing.T) {
 		h.advance()
 		h.deliver()
 	}
-	if len(h.a.cq.wcs) != len(writes) || !lost {
-		t.Fatalf("WCs %+v (lost a packet: %v), want %d", h.a.cq.wcs, lost, len(writes))
+	if len(h.a.cq.wcs) != len(writes) || !*lost {
+		t.Fatalf("WCs %+v (lost a packet: %v), want %d", h.a.cq.wcs, *lost, len(writes))
 	}
 	for i, w := range writes {
 		if !bytes.Equal(h.b.buf[w.dst:w.dst+w.n], h.a.buf[w.src:w.src+w.n]) {

@@ -334,13 +334,13 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 		// NAK sends back is not counted twice.
 		r.writeNT = qp.cfg.Placement.cold(&r.placed, uint64(len(r.write)))
 	}
-	var placed bool
+	var ok bool
 	if r.writeNT {
-		placed = p.CopyPayloadNT(r.write[r.writeOff:])
+		ok = p.CopyPayloadNT(r.write[r.writeOff:])
 	} else {
-		placed = p.CopyPayload(r.write[r.writeOff:])
+		ok = p.CopyPayload(r.write[r.writeOff:])
 	}
-	if !placed {
+	if !ok {
 		return // a deferred ICRC was wrong: dropped, nothing else changed
 	}
 	if first && r.writeNT {

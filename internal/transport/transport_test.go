@@ -284,14 +284,7 @@ func TestRNRWait(t *testing.T) {
 // goes back to the lost PSN and the data arrives complete.
 func TestSequenceNAK(t *testing.T) {
 	h := newHarness(t, 256, nil)
-	dropped := false
-	h.drop = func(toB bool, p *wire.Packet) bool {
-		if toB && !dropped && p.BTH.Opcode().Op() == wire.OpWriteMiddle {
-			dropped = true
-			return true
-		}
-		return false
-	}
+	h.loseFirst(true, wire.OpWriteMiddle)
 	for i := range h.a.buf[:10*256] {
 		h.a.buf[i] = byte(i * 7)
 	}
@@ -320,14 +313,7 @@ func TestSequenceNAK(t *testing.T) {
 func TestDuplicateAtomic(t *testing.T) {
 	h := newHarness(t, 1024, nil)
 	binary.NativeEndian.PutUint64(h.b.buf, 10)
-	lost := false
-	h.drop = func(toB bool, p *wire.Packet) bool {
-		if !toB && !lost && p.BTH.Opcode().Op() == wire.OpAtomicAcknowledge {
-			lost = true
-			return true
-		}
-		return false
-	}
+	h.loseFirst(false, wire.OpAtomicAcknowledge)
 	h.post(h.a, SendWR{WRID: 1, Opcode: WRAtomicFetchAndAdd, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 8)},
 		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey(), CompareAdd: 5})
 	h.deliver()
