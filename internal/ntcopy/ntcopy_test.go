@@ -76,3 +76,12 @@ func BenchmarkCopy(b *testing.B) {
 		}
 	}
 }
+
+// TestCopyAllocs: Copy is on the receive path of every cold WRITE packet
+// and allocates nothing.
+func TestCopyAllocs(t *testing.T) {
+	src, dst := make([]byte, 4096), make([]byte, 4096+64)
+	if n := testing.AllocsPerRun(100, func() { Copy(dst[3:], src) }); n != 0 {
+		t.Fatalf("Copy allocates %v times", n)
+	}
+}
