@@ -46,7 +46,7 @@ type side struct {
 
 const testPD = 1
 
-func newSide(t *testing.T, qpn uint32, size int) *side {
+func newSide(t testing.TB, qpn uint32, size int) *side {
 	t.Helper()
 	s := &side{env: &fakeEnv{}, cq: &fakeCQ{}, mem: memory.NewTable(16), buf: make([]byte, size)}
 	var err error
@@ -81,6 +81,13 @@ type harness struct {
 
 func newHarness(t *testing.T, mtu int, edit func(pa, pb *Path)) *harness {
 	a, b := newSide(t, 0x11, 1<<20), newSide(t, 0x12, 1<<20)
+	connect(a.qp, b.qp, mtu, edit)
+	return &harness{t: t, a: a, b: b, now: time.Unix(1000, 0), drop: func(bool, *wire.Packet) bool { return false }}
+}
+
+// connect moves QP a (QPN 0x11) and QP b (0x12) to RTS, each the other's
+// destination, with paths edit may change first.
+func connect(a, b *QP, mtu int, edit func(pa, pb *Path)) {
 	pa := Path{DestQPN: 0x12, Peer: netip.MustParseAddrPort("198.18.0.2:4791"), MTU: mtu,
 		SQPSN: psn.New(0xfffff0), RQPSN: psn.New(100), MaxRdAtomic: 4, MaxDestRdAtomic: 4,
 		Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 14, PKey: 0xffff,
@@ -91,15 +98,14 @@ func newHarness(t *testing.T, mtu int, edit func(pa, pb *Path)) *harness {
 		edit(&pa, &pb)
 	}
 	for _, x := range []struct {
-		s *side
-		p Path
+		qp *QP
+		p  Path
 	}{{a, pa}, {b, pb}} {
-		x.s.qp.SetPath(x.p)
-		x.s.qp.SetState(qpstate.Init)
-		x.s.qp.SetState(qpstate.RTR)
-		x.s.qp.SetState(qpstate.RTS)
+		x.qp.SetPath(x.p)
+		x.qp.SetState(qpstate.Init)
+		x.qp.SetState(qpstate.RTR)
+		x.qp.SetState(qpstate.RTS)
 	}
-	return &harness{t: t, a: a, b: b, now: time.Unix(1000, 0), drop: func(bool, *wire.Packet) bool { return false }}
 }
 
 // loseFirst makes the first packet with operation op (wire.Opcode.Op)
