@@ -889,7 +889,7 @@ func (w *worker) Push() {
 // until the peer had handled them all. Later writes grow (writeAt), so a
 // long turn (large messages, a busy pipeline) costs only a few more
 // system calls. 64-byte WRITEs: +11 % over UDP and +14 % over the
-// same-host path (docs/PERFORMANCE.md, sixth round); writing every 24 or
+// same-host path (docs/perf/HISTORY.md, sixth round); writing every 24 or
 // 32 packets throughout did as well for them but cost 64 KiB WRITEs over
 // UDP 12-19 %.
 const firstWrite = 32

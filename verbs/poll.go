@@ -104,7 +104,7 @@ func (d *Device) BusyPoll(spin time.Duration, done func() bool) bool {
 // can pull the peer's thread onto the poller's own CPU, where it waits
 // for as long as the poller spins: the answer the poller waits for is
 // stuck behind it. ib_write_bw between two processes on a 2-vCPU VM
-// (docs/PERFORMANCE.md, ninth round) did so often enough that yielding
+// (docs/perf/HISTORY.md, ninth round) did so often enough that yielding
 // after 50 µs moved 64-byte WRITEs 6–20 % faster, 64 KiB WRITEs 5–40 %.
 // Counting the 50 µs from the last poll that read something instead of
 // from the start of the wait cost 64 KiB WRITEs 16 % (tenth round). Yielding

@@ -410,7 +410,7 @@ func (s *sameHost) offer(c *net.UnixConn) (*shmRing, int, error) {
 	// first packets fill the slots. Each slot is a page of its own, and
 	// a first touch costs a page fault on each side: the first 2048
 	// packets of a channel, a latency test's first 1024 round trips, took
-	// 8.5 µs one way instead of 2.1-2.3 (docs/PERFORMANCE.md, sixth
+	// 8.5 µs one way instead of 2.1-2.3 (docs/perf/HISTORY.md, sixth
 	// round). Writing the ring once more (its pages are zero already)
 	// leaves its page table entries dirty and its lines in the cache: the
 	// first pass through the ring then costs what later ones do (2.2-2.4

@@ -59,7 +59,7 @@ func (p *Params) asTool() {
 // call, so one P is what the process needs. With more, the Go scheduler
 // wakes an idle P each time the reader readies the application's goroutine
 // or the reverse, and the QPs' state moves between cores: on the 2-vCPU
-// machine of docs/PERFORMANCE.md's eighth round, where waking an idle vCPU
+// machine of docs/perf/HISTORY.md's eighth round, where waking an idle vCPU
 // is dear, one P alone moved 64-byte messages between two processes
 // 1.16–1.35 times as fast, and with the client polling 1.1–2 times. The
 // latency tools, whose both sides poll, keep their typical latency on one

@@ -20,7 +20,7 @@ import "sync/atomic"
 // goroce's receive buffer, three bytes of cache traffic or more for one
 // of payload, so a target whose distance exceeds a third of the
 // last-level cache has most likely left it. On an AMD EPYC with a 32 MiB
-// L3 (docs/PERFORMANCE.md, twelfth round), non-temporal stores made the
+// L3 (docs/perf/HISTORY.md, twelfth round), non-temporal stores made the
 // copy of a 4 KiB packet into a cold target 1.4× as fast and into a
 // cached one 3.4× as slow; always used, they lost against ordinary stores
 // with 1 and 64 QPs writing 64 KiB each (64 KiB and 4 MiB of distance);
