@@ -76,12 +76,19 @@ func (p panel) draw(b *strings.Builder, top int) {
 			}
 		}
 	}
+	if math.IsInf(minY, 1) {
+		minY, maxY = 1, 1 // no point above zero (every run failed): an axis from 1
+	}
 	fy := func(v float64) float64 { return v }
 	if p.logY {
 		fy = func(v float64) float64 { return math.Log10(math.Max(v, 1e-3)) }
 		minY, maxY = math.Floor(math.Log10(minY)), math.Ceil(math.Log10(maxY))
 	} else {
-		minY, maxY = 0, niceCeil(maxY*1.05)
+		top := maxY * 1.05
+		if math.IsInf(top, 0) {
+			top = maxY // at the float's limit: no headroom
+		}
+		minY, maxY = 0, niceCeil(top)
 	}
 	if maxY <= minY {
 		maxY = minY + 1
@@ -106,7 +113,7 @@ func (p panel) draw(b *strings.Builder, top int) {
 		}
 	} else {
 		for i := 0; i <= 4; i++ {
-			v := minY + (maxY-minY)*float64(i)/4
+			v := minY + (maxY-minY)*(float64(i)/4)
 			grid(v, fmt.Sprintf("%.0f", v))
 		}
 	}
@@ -146,9 +153,12 @@ func niceCeil(v float64) float64 {
 	}
 	p := math.Pow(10, math.Floor(math.Log10(v)))
 	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= v {
-			return m * p
+		if r := m * p; r >= v {
+			if math.IsInf(r, 0) {
+				return v
+			}
+			return r
 		}
 	}
-	return 10 * p
+	return v
 }

@@ -86,3 +86,28 @@ func TestPlotLogAxis(t *testing.T) {
 		t.Errorf("not an SVG document: %.40q", svg)
 	}
 }
+
+// FuzzParseSweep reads arbitrary tables back and plots what it accepts:
+// a table it takes must draw a picture with only finite coordinates.
+func FuzzParseSweep(f *testing.F) {
+	f.Add(sweepTables)
+	f.Add(" Latency against message size\n 2 1 NaN 5 1x\n")
+	f.Add(" Bandwidth against message size\n 0 1 5 5 1x\n")
+	f.Add(" Bandwidth against message size\n 4 1 1e308 5 1x\n 8 1 -3 5 1x\n")
+	f.Add(" Latency against message size\n 2 1 0 0 0x\n 4 1 0 0 0x\n") // every run failed: once an endless y axis
+	f.Fuzz(func(t *testing.T, in string) {
+		r, err := ParseSweep(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		var b bytes.Buffer
+		if err := WritePlot(&b, r, "fuzz"); err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []string{"NaN", "Inf"} {
+			if strings.Contains(b.String(), bad) {
+				t.Fatalf("plot of %q has %s in it", in, bad)
+			}
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -169,6 +170,9 @@ func bwPoint(t perftest.Test, size, n, qps, procs int, poll bool, srv, cli *verb
 	return lastColumn(o, 3)
 }
 
+// finite reports whether v is neither infinite nor NaN.
+func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
+
 // ParseSweep reads back the tables Sweep prints (its three sections, each
 // a header line, a column line and rows of size or QP count, iterations,
 // goroce, TCP and ratio), so that a saved sweep can be plotted again.
@@ -203,6 +207,12 @@ func ParseSweep(r io.Reader) (*SweepResult, error) {
 		t, err3 := strconv.ParseFloat(f[3], 64)
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, fmt.Errorf("sweep table line %d: %w", line, err)
+		}
+		if x <= 0 {
+			return nil, fmt.Errorf("sweep table line %d: size or QP count %d is not positive", line, x)
+		}
+		if !finite(g) || !finite(t) || g < 0 || t < 0 {
+			return nil, fmt.Errorf("sweep table line %d: figures %s and %s must be finite and not negative", line, f[2], f[3])
 		}
 		*cur = append(*cur, Point{x, g, t})
 	}
