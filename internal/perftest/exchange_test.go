@@ -28,7 +28,7 @@ const pcapDir = "../../testdata/pcaps"
 
 // oobStream returns the perftest exchange (TCP port 18515) of a golden
 // capture, in capture order.
-func oobStream(t *testing.T, name string) []segment {
+func oobStream(t testing.TB, name string) []segment {
 	t.Helper()
 	frames, err := golden.Frames(name)
 	if err != nil {
@@ -51,7 +51,7 @@ func oobStream(t *testing.T, name string) []segment {
 // recordedArgs returns the command line a golden output file starts with
 // ("# ib_write_bw -d rxe0 -i 1 -x $(gid-index) -F -n 5 -s 64 198.18.0.3"),
 // without the rxe device, GID index and host, which name the guests.
-func recordedArgs(t *testing.T, file string) (Test, []string) {
+func recordedArgs(t testing.TB, file string) (Test, []string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(pcapDir, file))
 	if err != nil {
