@@ -2,6 +2,7 @@ package getopt
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -52,4 +53,50 @@ func TestParseErrors(t *testing.T) {
 			t.Errorf("%q: got %v, want %q", want, err, args)
 		}
 	}
+}
+
+// FuzzParse splits arbitrary command lines (arguments separated by NUL
+// bytes): whatever Parse accepts names options of the table, gives
+// arguments only to options that take one, and keeps every operand as
+// it was written and in order.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"-s\x0064\x00host", "-s64\x00-ea", "host\x00--size=4096\x00--ev", "--size\x007\x00--\x00-e", "--run", "-eas\x008", "--report_gbits"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		args := strings.Split(line, "\x00")
+		opts, operands, err := Parse(args, specs)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("%q: empty error", args)
+			}
+			return
+		}
+		for _, o := range opts {
+			ours := false
+			for k := range specs {
+				ours = ours || o.Spec == &specs[k]
+			}
+			if !ours {
+				t.Fatalf("%q: option %+v is not one of the table's", args, o)
+			}
+			if !o.Spec.HasArg && o.Arg != "" {
+				t.Fatalf("%q: %s takes no argument but got %q", args, o.Name, o.Arg)
+			}
+			if o.Name != "-"+string(o.Spec.Short) && o.Name != "--"+o.Spec.Long {
+				t.Fatalf("%q: option named %q for %+v", args, o.Name, *o.Spec)
+			}
+		}
+		// The operands are a subsequence of the arguments.
+		j := 0
+		for _, op := range operands {
+			for j < len(args) && args[j] != op {
+				j++
+			}
+			if j == len(args) {
+				t.Fatalf("%q: operand %q is not an argument, or out of order (%q)", args, op, operands)
+			}
+			j++
+		}
+	})
 }

@@ -2,8 +2,12 @@ package perftest
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,6 +67,56 @@ func FuzzSession(f *testing.F) {
 		case <-done:
 		case <-timer.C:
 			t.Fatalf("session with peer %q did not end", peer)
+		}
+	})
+}
+
+// FuzzParse parses arbitrary command lines (arguments separated by NUL
+// bytes) for every tool: what it accepts must satisfy what the tests
+// rely on, as perftest's own checks make sure of.
+func FuzzParse(f *testing.F) {
+	names := slices.Sorted(maps.Keys(Tools))
+	for _, s := range []string{"-s\x0064\x00-n\x00100", "-a\x00-q\x004", "-D\x005\x00-f\x001", "-l\x004\x00-n\x00100\x00-Q\x002",
+		"-c\x00UD\x00-s\x005000", "--rate_limit=10\x00--burst_size=4", "-b\x00-t\x00512", "-e\x00-R\x00host"} {
+		f.Add(uint8(0), s)
+		f.Add(uint8(3), s)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, line string) {
+		test := Tools[names[int(which)%len(names)]]
+		args := strings.Split(line, "\x00")
+		p, err := Parse(test, args)
+		if err != nil {
+			return
+		}
+		bad := func(format string, a ...any) {
+			t.Helper()
+			t.Fatalf("%s %q: %s (%+v)", test.Name(), args, fmt.Sprintf(format, a...), *p)
+		}
+		if p.QPs < 1 || p.TxDepth < 1 || p.RxDepth < 1 || p.CQMod < 1 || p.PostList < 1 {
+			bad("a count below 1")
+		}
+		if p.CQMod > p.TxDepth {
+			bad("CQ moderation %d above the send depth %d", p.CQMod, p.TxDepth)
+		}
+		if p.Duration == 0 && p.Iters < 1 {
+			bad("no iterations")
+		}
+		if p.Duration == 0 && p.Iters%p.PostList != 0 {
+			bad("iterations not a multiple of the post list")
+		}
+		if p.Kind == Lat && p.QPs != 1 {
+			bad("a latency test on %d QPs", p.QPs)
+		}
+		for mtu := 256; mtu <= 4096; mtu *= 2 {
+			sizes := p.sizes(mtu)
+			if len(sizes) == 0 {
+				bad("no message size at MTU %d", mtu)
+			}
+			for _, s := range sizes {
+				if s < 1 {
+					bad("message size %d at MTU %d", s, mtu)
+				}
+			}
 		}
 	})
 }
