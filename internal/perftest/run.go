@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -92,18 +93,37 @@ func initBuffer(b []byte, p *Params) {
 	r.Read(b)
 }
 
+// bufferSize returns the bytes of a QP's half-buffer and of the whole
+// buffer for p: per QP a source and a target half of the message size (at
+// least a cycle buffer) and a cache line of slack, which holds a UD
+// receive's GRH. A buffer larger than the machine's memory (mem, 0 if
+// unknown) is an error, as perftest's failed allocation is ("Couldn't
+// allocate work buf"), rather than a crash of the Go runtime.
+func bufferSize(p *Params, mem uint64) (half, total int, err error) {
+	half = max(p.Size, cycleBuffer) + cacheLine
+	half = (half + cacheLine - 1) / cacheLine * cacheLine
+	need := 2 * uint64(half) * uint64(p.QPs) // at most 2 × (2^31 + 128) × 2^16: no overflow
+	if need > math.MaxInt || mem > 0 && need > mem {
+		return 0, 0, fmt.Errorf("couldn't allocate the work buffer: %d QPs with 2 halves of %d bytes each need %d bytes, more than this machine's memory (%d bytes)",
+			p.QPs, half, need, mem)
+	}
+	return half, int(need), nil
+}
+
 // open creates the device's objects for p (perftest's ctx_init and
 // set_up_connection): one MR holds, per QP, a source half and a target
 // half, and the target half's address is what the peer is told.
 func open(p *Params, dev *verbs.Device, client bool, out io.Writer) (*side, error) {
 	s := &side{p: p, client: client, out: out, dev: dev, t0: time.Now(), wc: make([]verbs.WC, pollBatch), busy: p.busySpin()}
-	s.half = max(p.Size, cycleBuffer) + cacheLine // the slack holds a UD receive's GRH
-	s.half = (s.half + cacheLine - 1) / cacheLine * cacheLine
-	var err error
+	half, total, err := bufferSize(p, physicalMemory())
+	if err != nil {
+		return nil, err
+	}
+	s.half = half
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	s.buf = make([]byte, 2*s.half*p.QPs)
+	s.buf = make([]byte, total)
 	initBuffer(s.buf, p)
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {

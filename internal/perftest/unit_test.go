@@ -332,3 +332,36 @@ func TestOneP(t *testing.T) {
 		t.Errorf("GOMAXPROCS unset: ib_send_bw left %d Ps, want 1", got)
 	}
 }
+
+// TestBufferSize: a QP's halves are the message size (at least a cycle
+// buffer) and a cache line, and a buffer beyond the machine's memory is a
+// clear error instead of the Go runtime's fatal "out of memory" (which
+// ib_write_bw -s 1073741824 -q 1024 met on a 24 GiB machine).
+func TestBufferSize(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		size, qps   int
+		mem         uint64
+		half, total int
+		err         bool
+	}{
+		{65536, 1, 24 * gib, 65600, 2 * 65600, false},
+		{65536, 256, 24 * gib, 65600, 2 * 65600 * 256, false},
+		{2, 4, 24 * gib, 4160, 2 * 4160 * 4, false}, // a cycle buffer at least
+		{1 << 30, 1024, 24 * gib, 0, 0, true},
+		{1 << 31, 1 << 16, 0, (1 << 31) + 64, 2 * ((1 << 31) + 64) * (1 << 16), false}, // memory unknown: as asked
+		{1 << 20, 12 * 1024, 24 * gib, 0, 0, true},                                     // 24 GiB and a little: over
+	} {
+		p := &Params{Size: tc.size, QPs: tc.qps}
+		half, total, err := bufferSize(p, tc.mem)
+		if tc.err {
+			if err == nil || !strings.Contains(err.Error(), "work buffer") {
+				t.Errorf("-s %d -q %d, %d bytes of memory: err %v, want the work buffer's error", tc.size, tc.qps, tc.mem, err)
+			}
+			continue
+		}
+		if err != nil || half != tc.half || total != tc.total {
+			t.Errorf("-s %d -q %d: %d, %d, %v; want %d, %d", tc.size, tc.qps, half, total, err, tc.half, tc.total)
+		}
+	}
+}
