@@ -1,0 +1,231 @@
+//go:build linux
+
+// Command udpcost measures what the kernel's UDP path costs a sender on
+// this machine: the sending thread's CPU time per datagram and per GiB,
+// sending over loopback (127.0.0.2 to 127.0.0.1) to a reader that spins on
+// its socket, with nothing of RDMA on top. It is the bare program behind
+// the thirteenth and fourteenth rounds of docs/perf/HISTORY.md: on a
+// machine whose kernel charges microseconds per datagram, the number of
+// datagrams, not of bytes, decides what goroce's UDP path can move.
+//
+//	go run ./test/perf/udpcost -size 1024                  # plain 1 KiB datagrams, 16 per sendmmsg
+//	go run ./test/perf/udpcost -size 1024 -connect         # the same from a connected socket
+//	go run ./test/perf/udpcost -size 4112 -gso 15 -first -per 1   # 64 KiB WRITEs as goroce sends them
+//	go run ./test/perf/udpcost -size 4112 -gso 15 -first -per 1 -socks 256   # one socket per QP
+//
+// -gso N sends each message as a UDP_SEGMENT super-packet of N segments of
+// -size bytes; -first puts a datagram 16 bytes longer before it (a
+// WRITE_FIRST, whose RETH keeps it out of the run). Compare runs
+// alternately: the figures of one run move with the machine's load.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// config is what to send.
+type config struct {
+	size    int           // bytes per datagram or GSO segment
+	gso     int           // segments per super-packet; 1 sends plain datagrams
+	first   bool          // each message starts with a lone datagram of size+16 bytes
+	per     int           // messages per sendmmsg
+	socks   int           // sending sockets, taking turns call by call
+	connect bool          // connect the sending sockets to the reader
+	dur     time.Duration // how long to send
+}
+
+// result is what a run measured.
+type result struct {
+	datagrams, calls uint64        // datagrams (super-packets count once) and sendmmsg calls that sent
+	bytes            uint64        // UDP payload bytes sent
+	received         uint64        // bytes the reader got
+	full             uint64        // calls refused for a full socket buffer (EAGAIN, ENOBUFS)
+	elapsed, cpu     time.Duration // wall time, and the sending thread's CPU time
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.size, "size", 1024, "bytes per datagram, or per segment with -gso")
+	flag.IntVar(&c.gso, "gso", 1, "segments per UDP_SEGMENT super-packet (1: plain datagrams)")
+	flag.BoolVar(&c.first, "first", false, "start each message with a datagram 16 bytes longer than -size, sent alone (a WRITE_FIRST)")
+	flag.IntVar(&c.per, "per", 16, "messages per sendmmsg")
+	flag.IntVar(&c.socks, "socks", 1, "sending sockets, taking turns call by call")
+	flag.BoolVar(&c.connect, "connect", false, "connect the sending sockets (the kernel then keeps their route)")
+	flag.DurationVar(&c.dur, "t", 2*time.Second, "how long to send")
+	flag.Parse()
+	r, err := run(c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "udpcost:", err)
+		os.Exit(1)
+	}
+	gib := float64(r.bytes) / (1 << 30)
+	fmt.Printf("size %d gso %d first %v per %d socks %d connect %v: %.0f MiB/s, %.0f k datagrams/s, %.1f datagrams per call\n",
+		c.size, c.gso, c.first, c.per, c.socks, c.connect,
+		float64(r.bytes)/r.elapsed.Seconds()/(1<<20), float64(r.datagrams)/r.elapsed.Seconds()/1e3, float64(r.datagrams)/float64(max(r.calls, 1)))
+	fmt.Printf("sender CPU: %.2f us per datagram, %.3f s per GiB; reader got %.1f%% of the bytes; %d calls found the buffer full\n",
+		r.cpu.Seconds()*1e6/float64(max(r.datagrams, 1)), r.cpu.Seconds()/max(gib, 1e-9), 100*float64(r.received)/float64(max(r.bytes, 1)), r.full)
+}
+
+// mmsghdr is struct mmsghdr of <sys/socket.h>.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+}
+
+// run sends as c says for c.dur and measures it.
+func run(c config) (result, error) {
+	var r result
+	if c.size < 1 || c.gso < 1 || c.per < 1 || c.socks < 1 || c.dur <= 0 {
+		return r, errors.New("size, gso, per, socks and t must be positive")
+	}
+	if c.gso > 1 && c.size*c.gso > 65507 {
+		return r, fmt.Errorf("a super-packet of %d × %d bytes is larger than a UDP datagram", c.gso, c.size)
+	}
+	rfd, dst, err := listen()
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(rfd)
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for range c.socks {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return r, err
+		}
+		fds = append(fds, fd)
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 2}}); err != nil {
+			return r, fmt.Errorf("bind 127.0.0.2: %w", err)
+		}
+		if c.connect {
+			if err := unix.Connect(fd, dst); err != nil {
+				return r, fmt.Errorf("connect: %w", err)
+			}
+		}
+	}
+
+	// The reader spins on its own thread until the sender is done.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runtime.LockOSThread()
+		buf := make([]byte, 1<<16)
+		for !stop.Load() {
+			if n, _, err := unix.Recvfrom(rfd, buf, unix.MSG_DONTWAIT); err == nil {
+				r.received += uint64(n)
+			}
+		}
+	}()
+
+	// The messages: [first] run, per times, each a message header of its own.
+	firstBuf := make([]byte, c.size+16)
+	runBuf := make([]byte, c.size*c.gso)
+	var sa unix.RawSockaddrInet4
+	sa.Family = unix.AF_INET
+	sa.Addr = dst.Addr
+	port := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	port[0], port[1] = byte(dst.Port>>8), byte(dst.Port)
+	cmsg := make([]byte, unix.CmsgSpace(2))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&cmsg[0]))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	*(*uint16)(unsafe.Pointer(&cmsg[unix.CmsgLen(0)])) = uint16(c.size)
+	var msgs []mmsghdr
+	var iovs []unix.Iovec
+	var lens []int
+	for range c.per {
+		if c.first {
+			iovs = append(iovs, unix.Iovec{Base: &firstBuf[0]})
+			lens = append(lens, len(firstBuf))
+		}
+		iovs = append(iovs, unix.Iovec{Base: &runBuf[0]})
+		lens = append(lens, len(runBuf))
+	}
+	msgs = make([]mmsghdr, len(iovs))
+	for i := range msgs {
+		iovs[i].SetLen(lens[i])
+		m := &msgs[i].hdr
+		m.Iov = &iovs[i]
+		m.SetIovlen(1)
+		if !c.connect {
+			m.Name = (*byte)(unsafe.Pointer(&sa))
+			m.Namelen = unix.SizeofSockaddrInet4
+		}
+		if c.gso > 1 && lens[i] == len(runBuf) {
+			m.Control = &cmsg[0]
+			m.SetControllen(len(cmsg))
+		}
+	}
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(unix.RUSAGE_THREAD, &ru0)
+	start := time.Now()
+	for i := 0; time.Since(start) < c.dur; i++ {
+		fd := fds[i%len(fds)]
+		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), unix.MSG_DONTWAIT, 0, 0)
+		switch errno {
+		case 0:
+			r.calls++
+			r.datagrams += uint64(n)
+			for k := range int(n) {
+				r.bytes += uint64(lens[k])
+			}
+		case unix.EAGAIN, unix.ENOBUFS:
+			r.full++
+			runtime.Gosched()
+		default:
+			stop.Store(true)
+			wg.Wait()
+			return r, fmt.Errorf("sendmmsg: %w", errno)
+		}
+	}
+	r.elapsed = time.Since(start)
+	syscall.Getrusage(unix.RUSAGE_THREAD, &ru1)
+	r.cpu = time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	time.Sleep(10 * time.Millisecond) // let the reader take what is queued
+	stop.Store(true)
+	wg.Wait()
+	return r, nil
+}
+
+// listen opens the reader's socket on 127.0.0.1, receiving super-packets
+// whole (UDP_GRO) into an 8 MiB buffer, and returns it with its address.
+func listen() (int, *unix.SockaddrInet4, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, nil, err
+	}
+	unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
+		return -1, nil, fmt.Errorf("bind 127.0.0.1: %w", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return -1, nil, err
+	}
+	return fd, sa.(*unix.SockaddrInet4), nil
+}
