@@ -147,7 +147,6 @@ func run(c config) (result, error) {
 	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
 	h.SetLen(unix.CmsgLen(2))
 	*(*uint16)(unsafe.Pointer(&cmsg[unix.CmsgLen(0)])) = uint16(c.size)
-	var msgs []mmsghdr
 	var iovs []unix.Iovec
 	var lens []int
 	for range c.per {
@@ -158,7 +157,7 @@ func run(c config) (result, error) {
 		iovs = append(iovs, unix.Iovec{Base: &runBuf[0]})
 		lens = append(lens, len(runBuf))
 	}
-	msgs = make([]mmsghdr, len(iovs))
+	msgs := make([]mmsghdr, len(iovs))
 	for i := range msgs {
 		iovs[i].SetLen(lens[i])
 		m := &msgs[i].hdr
