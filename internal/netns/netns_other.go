@@ -1,0 +1,42 @@
+//go:build !linux
+
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Open fails outside Linux, which alone has network namespaces.
+func Open(path string) (*NS, error) {
+	return nil, fmt.Errorf("netns: %s: %w", path, errors.ErrUnsupported)
+}
+
+// Inode fails outside Linux.
+func (n *NS) Inode() (uint64, error) { return 0, errors.ErrUnsupported }
+
+// Do runs fn for the nil NS, the only one there is outside Linux.
+func (n *NS) Do(fn func() error) error {
+	if n != nil {
+		return errors.ErrUnsupported
+	}
+	return fn()
+}
+
+// Veth is two network namespaces joined by a veth pair, on Linux.
+type Veth struct {
+	NSA, NSB *NS
+	A, B     netip.Addr
+}
+
+// NewVeth fails outside Linux.
+func NewVeth(tag string, a, b netip.Prefix, mtu int) (*Veth, error) {
+	return nil, fmt.Errorf("netns: veth: %w", errors.ErrUnsupported)
+}
+
+// Names returns no names outside Linux.
+func (v *Veth) Names() (a, b string) { return "", "" }
+
+// Close does nothing outside Linux.
+func (v *Veth) Close() error { return nil }

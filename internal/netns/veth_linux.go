@@ -1,0 +1,134 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Veth is two network namespaces made for one run, joined by a veth pair:
+// one end in NSA holding address A, the other in NSB holding B. Close
+// deletes them.
+type Veth struct {
+	NSA, NSB *NS
+	A, B     netip.Addr
+
+	ip    string    // the ip command's path
+	names [2]string // the namespaces' names, under /run/netns
+}
+
+// veths numbers the pairs of this process, for their names.
+var veths atomic.Int32
+
+// NewVeth creates namespaces named tag-<pid>-<n>-a and -b (n counts this
+// process's pairs), a veth pair between them with MTU mtu, address a on
+// its end in the first and b in the second, both ends and both loopbacks
+// up. The ends get no IPv6 link-local address, so the pair carries only
+// what the caller sends. It needs root and iproute2's ip command. The
+// host's own network is not touched: the veth is created inside the
+// namespaces.
+func NewVeth(tag string, a, b netip.Prefix, mtu int) (v *Veth, err error) {
+	ip, err := tool("ip")
+	if err != nil {
+		return nil, err
+	}
+	if !a.IsValid() || !b.IsValid() || a.Addr().Is4() != b.Addr().Is4() {
+		return nil, fmt.Errorf("netns: veth addresses %v and %v: want two prefixes of one family", a, b)
+	}
+	n, pid := veths.Add(1), os.Getpid()
+	v = &Veth{ip: ip, A: a.Addr(), B: b.Addr()}
+	defer func() {
+		if err != nil {
+			v.Close()
+		}
+	}()
+	for i, end := range []string{"a", "b"} {
+		name := fmt.Sprintf("%s-%d-%d-%s", tag, pid, n, end)
+		if err := v.run("netns", "add", name); err != nil {
+			if os.Geteuid() != 0 {
+				err = fmt.Errorf("%w (creating network namespaces needs root)", err)
+			}
+			return v, err
+		}
+		v.names[i] = name
+	}
+	// Interface names have at most 15 bytes: "gr" + pid (≤ 7 digits) +
+	// "-" + n + "a".
+	va, vb := fmt.Sprintf("gr%d-%da", pid, n), fmt.Sprintf("gr%d-%db", pid, n)
+	if err := v.run("link", "add", va, "netns", v.names[0], "type", "veth", "peer", "name", vb, "netns", v.names[1]); err != nil {
+		return v, err
+	}
+	for i, end := range []struct {
+		dev  string
+		addr netip.Prefix
+	}{{va, a}, {vb, b}} {
+		ns := v.names[i]
+		for _, args := range [][]string{
+			{"addr", "add", end.addr.String(), "dev", end.dev},
+			{"link", "set", "dev", end.dev, "addrgenmode", "none"},
+			{"link", "set", "dev", end.dev, "mtu", strconv.Itoa(mtu), "up"},
+			{"link", "set", "dev", "lo", "up"},
+		} {
+			if err := v.run(append([]string{"-n", ns}, args...)...); err != nil {
+				return v, err
+			}
+		}
+	}
+	if v.NSA, err = Open("/run/netns/" + v.names[0]); err != nil {
+		return v, err
+	}
+	if v.NSB, err = Open("/run/netns/" + v.names[1]); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+// Names returns the two namespaces' names, as "ip netns" lists them.
+func (v *Veth) Names() (a, b string) { return v.names[0], v.names[1] }
+
+// Close closes the namespace files and deletes the namespaces, which
+// takes the veth pair with them once the sockets made inside are closed.
+func (v *Veth) Close() error {
+	errs := []error{v.NSA.Close(), v.NSB.Close()}
+	v.NSA, v.NSB = nil, nil
+	for i, name := range v.names {
+		if name != "" {
+			errs = append(errs, v.run("netns", "del", name))
+			v.names[i] = ""
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// run runs the ip command with a timeout; its error includes the output.
+func (v *Veth) run(args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, v.ip, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("netns: ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// tool finds a command on PATH or in /usr/sbin and /sbin, where ip lives
+// but which a user's PATH may lack.
+func tool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		p := dir + "/" + name
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("netns: %s not found on PATH, in /usr/sbin or /sbin (apt-get install iproute2)", name)
+}
