@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/ntcopy"
 	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/transport"
@@ -52,6 +53,14 @@ type Config struct {
 	// programs that do not set it themselves, such as the perftest tools.
 	// It cannot be combined with Fault.
 	SameHost bool
+	// NetNS names the network namespace the device's sockets live in, as
+	// a file: /run/netns/NAME (what "ip netns add NAME" makes) or
+	// /proc/PID/ns/net. Addr is then an address in that namespace, and
+	// the MTU is that of its interface there. Empty means the process's
+	// own namespace. Making sockets in another namespace needs
+	// CAP_SYS_ADMIN (root); one process can so hold devices in several,
+	// as `goroce bench -veth` does.
+	NetNS string
 	// Link, when set, replaces the UDP socket: tests use in-memory links.
 	// It is an internal type; programs outside goroce leave it nil.
 	Link link.Link
@@ -202,6 +211,7 @@ type Device struct {
 	port  PortAttr
 	gids  []GID
 	local netip.AddrPort
+	netns *netns.NS // Config.NetNS, open until Close; nil: the process's own
 
 	// placement decides, for all its QPs, which RDMA WRITEs are stored
 	// around the cache (transport.Placement).
@@ -241,7 +251,21 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Port == 0 {
 		cfg.Port = defaultUDPPort
 	}
-	ifc := interfaceOf(cfg.Addr)
+	var ns *netns.NS
+	if cfg.NetNS != "" {
+		if cfg.Link != nil {
+			return nil, errors.New("verbs: Config.NetNS applies to the UDP socket; with Config.Link, make the link in the namespace")
+		}
+		var err error
+		if ns, err = netns.Open(cfg.NetNS); err != nil {
+			return nil, fmt.Errorf("verbs: Config.NetNS: %w", err)
+		}
+	}
+	var ifc netIface
+	if err := ns.Do(func() error { ifc = interfaceOf(cfg.Addr); return nil }); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("verbs: Config.NetNS: %w", err)
+	}
 	if cfg.MTU == 0 {
 		cfg.MTU = ifc.mtu
 	}
@@ -249,6 +273,7 @@ func Open(cfg Config) (*Device, error) {
 	d := &Device{
 		cfg:    cfg,
 		local:  netip.AddrPortFrom(cfg.Addr, cfg.Port),
+		netns:  ns,
 		mem:    memory.NewTable(maxMR),
 		qps:    map[uint32]*QP{},
 		qpns:   0x10, // rxe hands out data QPNs from 0x11
@@ -268,19 +293,19 @@ func Open(cfg Config) (*Device, error) {
 	}
 	fault, err := link.ParseFault(cfg.Fault)
 	if err != nil {
+		d.closeEarly()
 		return nil, fmt.Errorf("verbs: Config.Fault: %w", err)
 	}
 	d.link = cfg.Link
 	if d.link != nil && cfg.Fault != "" {
+		d.closeEarly()
 		return nil, errors.New("verbs: Config.Fault applies to the UDP socket; with Config.Link, build the fault into the link")
 	}
 	if d.link == nil {
 		sameHost := cfg.SameHost || os.Getenv("GOROCE_SAMEHOST") == "1"
-		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local, Fault: fault, SameHost: sameHost})
+		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local, Fault: fault, SameHost: sameHost, NetNS: ns})
 		if err != nil {
-			if d.published != nil {
-				d.published.Close()
-			}
+			d.closeEarly()
 			return nil, fmt.Errorf("verbs: open %v: %w", d.local, err)
 		}
 		d.link = l
@@ -294,6 +319,14 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.disp = newDispatcher(d, cfg.Workers)
 	return d, nil
+}
+
+// closeEarly releases what Open took before it failed.
+func (d *Device) closeEarly() {
+	if d.published != nil {
+		d.published.Close()
+	}
+	d.netns.Close()
 }
 
 // Name returns the device's name, "goroce_" followed by its address.
@@ -355,6 +388,7 @@ func (d *Device) Close() error {
 	if d.published != nil {
 		d.published.Close()
 	}
+	d.netns.Close() // the sockets made in it are closed
 	return err
 }
 

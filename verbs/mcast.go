@@ -58,7 +58,7 @@ func (qp *QP) AttachMcast(gid GID, lid uint16) error {
 		if d.cfg.Link != nil {
 			return &QPError{qp.qpn, "attach_mcast", errors.New("multicast needs the device's UDP socket, not Config.Link")}
 		}
-		l, err := link.ListenUDP(link.UDPConfig{Addr: netip.AddrPortFrom(group, d.cfg.Port), Interface: d.cfg.Addr})
+		l, err := link.ListenUDP(link.UDPConfig{Addr: netip.AddrPortFrom(group, d.cfg.Port), Interface: d.cfg.Addr, NetNS: d.netns})
 		if err != nil {
 			return &QPError{qp.qpn, "attach_mcast", err}
 		}

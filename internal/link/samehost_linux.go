@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -163,9 +164,10 @@ type shmIn struct {
 	dead     atomic.Bool
 }
 
-// rendezvousDir returns this user's directory for this network namespace,
-// creating it, or an error if it is not safe to use.
-func rendezvousDir() (string, error) {
+// rendezvousDir returns this user's directory for network namespace ns
+// (nil: the process's own), creating it, or an error if it is not safe to
+// use.
+func rendezvousDir(ns *netns.NS) (string, error) {
 	uid := os.Getuid()
 	dir := stats.Dir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -178,11 +180,11 @@ func rendezvousDir() (string, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != uid || st.Mode&0o077 != 0 {
 		return "", fmt.Errorf("%s is not a directory of uid %d with mode 0700", dir, uid)
 	}
-	var ns unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &ns); err != nil {
+	ino, err := ns.Inode()
+	if err != nil {
 		return "", err
 	}
-	dir = filepath.Join(dir, "samehost-netns-"+strconv.FormatUint(ns.Ino, 10))
+	dir = filepath.Join(dir, "samehost-netns-"+strconv.FormatUint(ino, 10))
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", err
 	}
@@ -195,7 +197,7 @@ func socketName(dir string, a netip.AddrPort) string {
 
 // startSameHost listens for same-host peers of u.
 func startSameHost(u *UDP) (*sameHost, error) {
-	dir, err := rendezvousDir()
+	dir, err := rendezvousDir(u.ns)
 	if err != nil {
 		return nil, err
 	}

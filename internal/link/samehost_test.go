@@ -399,7 +399,7 @@ func TestSameHostUnsafeDir(t *testing.T) {
 // replaced.
 func TestSameHostStaleSocket(t *testing.T) {
 	addr := freePort(t, "127.0.0.1")
-	dir, err := rendezvousDir()
+	dir, err := rendezvousDir(nil)
 	if err != nil {
 		t.Skip(err)
 	}

@@ -289,7 +289,11 @@ func openSocket(a netip.AddrPort, scope uint32, o sockOpts, set *sockSet) (*sock
 		family = unix.AF_INET
 		sa = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().Unmap().As4()}
 	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	var fd int
+	err := o.ns.Do(func() (err error) {
+		fd, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		return err
+	})
 	if err != nil {
 		return nil, netip.AddrPort{}, os.NewSyscallError("socket", err)
 	}

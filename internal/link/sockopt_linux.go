@@ -5,16 +5,19 @@ import (
 	"net/netip"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/netns"
 )
 
 // sockOpts are the options a link's sockets get before bind.
 type sockOpts struct {
 	is6        bool
-	rbuf, wbuf int  // SO_RCVBUF, SO_SNDBUF; 0 leaves the default
-	sendOnly   bool // a per-port socket: shares its port, receives nothing
-	group      bool // a multicast group socket: shares its address and port
-	gso        bool // sends UDP_SEGMENT super-packets: UDP checksums on IPv4 too
-	gro        bool // receives with UDP_GRO
+	rbuf, wbuf int       // SO_RCVBUF, SO_SNDBUF; 0 leaves the default
+	sendOnly   bool      // a per-port socket: shares its port, receives nothing
+	group      bool      // a multicast group socket: shares its address and port
+	gso        bool      // sends UDP_SEGMENT super-packets: UDP checksums on IPv4 too
+	gro        bool      // receives with UDP_GRO
+	ns         *netns.NS // the network namespace to make the socket in; nil: the process's
 }
 
 // dropAll is a classic BPF program that accepts no bytes of any packet:

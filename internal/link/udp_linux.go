@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -61,6 +62,11 @@ type UDPConfig struct {
 	// UDP. It starts a goroutine that listens for such peers. It cannot
 	// be combined with Fault, which simulates a network.
 	SameHost bool
+
+	// NetNS, if not nil, is the network namespace the link's sockets are
+	// made in (the per-port ones too, when they are opened); Addr is an
+	// address there. Nil means the process's own namespace.
+	NetNS *netns.NS
 }
 
 const defaultSocketBuffer = 4 << 20
@@ -134,6 +140,7 @@ type UDP struct {
 	bind  netip.Addr     // the IP as bound, with its zone
 	scope uint32         // IPv6 scope (interface index) of a link-local address
 	wbuf  int            // SO_SNDBUF, for the per-port sockets too
+	ns    *netns.NS      // the sockets' network namespace; nil: the process's
 
 	readMu sync.Mutex
 	rd     *mmsg // guarded by readMu
@@ -182,7 +189,11 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	}
 	var scope uint32
 	if z := ip.Zone(); z != "" {
-		ifi, err := net.InterfaceByName(z)
+		var ifi *net.Interface
+		err := cfg.NetNS.Do(func() (err error) {
+			ifi, err = net.InterfaceByName(z)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("link: listen %v: %w", a, err)
 		}
@@ -201,7 +212,7 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	fault := newFaultStage(cfg.Fault)
 	gro := !cfg.NoGSO && gsoSupport()
 	gso := gro && fault == nil
-	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf, group: cfg.Interface.IsValid(), gso: gso, gro: gro}
+	opts := sockOpts{is6: ip.Is6(), rbuf: rbuf, wbuf: wbuf, group: cfg.Interface.IsValid(), gso: gso, gro: gro, ns: cfg.NetNS}
 	if opts.group && (!ip.IsMulticast() || cfg.Interface.Unmap().Is4() != ip.Is4()) {
 		return nil, fmt.Errorf("link: listen %v: a group link needs a multicast address and an interface address of its family", a)
 	}
@@ -221,7 +232,10 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	if opts.group {
 		var ifIndex int
 		if ip.Is6() { // IPv4 names the interface by its address, which the kernel resolves
-			ifIndex, err = interfaceIndex(cfg.Interface.Unmap())
+			err = cfg.NetNS.Do(func() (err error) {
+				ifIndex, err = interfaceIndex(cfg.Interface.Unmap())
+				return err
+			})
 		}
 		if err == nil {
 			err = joinGroup(sock.fd, ip, cfg.Interface.Unmap(), ifIndex)
@@ -238,6 +252,7 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 		bind:  ip,
 		scope: scope,
 		wbuf:  wbuf,
+		ns:    cfg.NetNS,
 		rd:    newMmsg(),
 		wr:    newMmsg(),
 		stage: make([]byte, 0, MaxBatch*stageSegment),
@@ -812,7 +827,7 @@ func (u *UDP) portConn(sport uint16) (rc *sockFD, src netip.AddrPort, fallback b
 // nil if it cannot.
 func (u *UDP) openPort(sport uint16) *portSocket {
 	a := netip.AddrPortFrom(u.bind, sport)
-	sock, _, err := openSocket(a, u.scope, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true, gso: u.gso}, u.set)
+	sock, _, err := openSocket(a, u.scope, sockOpts{is6: a.Addr().Is6(), wbuf: u.wbuf, sendOnly: true, gso: u.gso, ns: u.ns}, u.set)
 	if err != nil {
 		return nil
 	}

@@ -5,6 +5,8 @@ package link
 import (
 	"errors"
 	"net/netip"
+
+	"github.com/goroce/goroce/internal/netns"
 )
 
 // UDPConfig configures ListenUDP; see the Linux documentation.
@@ -14,6 +16,7 @@ type UDPConfig struct {
 	Interface               netip.Addr
 	Fault                   FaultConfig
 	NoGSO, SameHost         bool
+	NetNS                   *netns.NS
 }
 
 // UDP is a Link over a UDP socket. It exists only on Linux, which has the
