@@ -6,8 +6,11 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/perftest"
 )
 
@@ -38,9 +41,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	maxSize := fs.Int("max-size", 8<<20, "with -sweep: the largest message size")
 	maxQPs := fs.Int("max-qps", 1024, "with -sweep: the largest QP count")
 	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
+	veth := fs.Bool("veth", false, "run both ends, goroce and TCP, in two network namespaces made for the run and joined by a veth pair, at "+vethServer.String()+" and "+vethClient.String()+" (root; needs the ip command)")
+	vethMTU := fs.Int("veth-mtu", 9000, "with -veth: the veth pair's MTU (9000 gives RoCE MTU 4096)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-poll] [-rounds N] [-addrs A,B]")
-		fmt.Fprintln(stderr, "       goroce bench -sweep [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B]")
+		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-poll] [-rounds N] [-addrs A,B | -veth]")
+		fmt.Fprintln(stderr, "       goroce bench -sweep [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B | -veth]")
 		fmt.Fprintln(stderr, "       goroce bench -replot SWEEP.txt -plot FILE.svg")
 		fs.PrintDefaults()
 	}
@@ -80,12 +85,32 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if *replot != "" {
 		return runReplot(*replot, *plot, stdout, stderr)
 	}
+	network := "loopback"
+	if *veth {
+		addrsSet := false
+		fs.Visit(func(f *flag.Flag) { addrsSet = addrsSet || f.Name == "addrs" })
+		if addrsSet || cfg.SameHost {
+			fmt.Fprintln(stderr, "goroce bench: -veth picks the addresses and runs over UDP: it excludes -addrs and -samehost (the same-host path joins devices of one namespace)")
+			return 2
+		}
+		vp, err := netns.NewVeth("goroce-bench", vethServer, vethClient, *vethMTU)
+		if err != nil {
+			fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
+			return 1
+		}
+		stop := deleteOnSignal(vp, stderr)
+		defer stop()
+		cfg.Server, cfg.Client = vp.A, vp.B
+		cfg.ServerNS, cfg.ClientNS = vp.NSA, vp.NSB
+		a, b := vp.Names()
+		network = fmt.Sprintf("a veth pair (MTU %d) between network namespaces %s and %s", *vethMTU, a, b)
+	}
 	if *rounds < 1 || *rounds > 1 && (*cpuProfile != "" || *traceFile != "" || *sweep) {
 		fmt.Fprintf(stderr, "goroce bench: -rounds %d: want 1 or more, and 1 with -cpuprofile, -trace or -sweep\n", *rounds)
 		return 2
 	}
 	if *sweep {
-		return runSweep(v, cfg, *maxSize, *maxQPs, *sweepBytes, *plot, stdout, stderr)
+		return runSweep(v, cfg, network, *maxSize, *maxQPs, *sweepBytes, *plot, stdout, stderr)
 	}
 	// The profile and the trace go to files created here.
 	for _, out := range []struct {
@@ -116,6 +141,39 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// The ends' addresses with -veth, from 198.18.0.0/15, the range RFC 2544
+// sets aside for benchmarks.
+var (
+	vethServer = netip.MustParsePrefix("198.18.9.1/24")
+	vethClient = netip.MustParsePrefix("198.18.9.2/24")
+)
+
+// deleteOnSignal deletes v's namespaces when the benchmark ends, and also
+// if SIGINT or SIGTERM ends the process first. Call stop when done.
+func deleteOnSignal(v *netns.Veth, stderr io.Writer) (stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sig:
+			if err := v.Close(); err != nil {
+				fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
+			}
+			fmt.Fprintf(stderr, "goroce bench: %v\n", s)
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(done)
+		if err := v.Close(); err != nil {
+			fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
+		}
+	}
+}
+
 func replaceComma(s string) string {
 	b := []byte(s)
 	for i := range b {
@@ -127,8 +185,9 @@ func replaceComma(s string) string {
 }
 
 // runSweep is goroce bench -sweep.
-func runSweep(v perftest.Verb, cfg bench.Config, maxSize, maxQPs int, total int64, plot string, stdout, stderr io.Writer) int {
-	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Procs: cfg.Procs, Poll: cfg.Poll}
+func runSweep(v perftest.Verb, cfg bench.Config, network string, maxSize, maxQPs int, total int64, plot string, stdout, stderr io.Writer) int {
+	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Procs: cfg.Procs, Poll: cfg.Poll,
+		ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, Network: network}
 	for q := 1; q <= maxQPs; q *= 2 {
 		sc.QPs = append(sc.QPs, q)
 	}
@@ -148,9 +207,9 @@ func runSweep(v perftest.Verb, cfg bench.Config, maxSize, maxQPs int, total int6
 func writePlot(res *bench.SweepResult, plot string, stdout, stderr io.Writer) int {
 	f, err := os.Create(plot)
 	if err == nil {
-		title := "goroce against TCP, same run, loopback"
+		title := "goroce against TCP, same run, " + res.Network
 		if res.SameHost {
-			title = "goroce (same-host path) against TCP, same run, loopback"
+			title = "goroce (same-host path) against TCP, same run, " + res.Network
 		}
 		err = bench.WritePlot(f, res, title)
 		if cerr := f.Close(); err == nil {

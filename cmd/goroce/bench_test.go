@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -88,7 +90,7 @@ func TestBenchSameHost(t *testing.T) {
 
 func TestBenchFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"},
-		{"-rounds", "0"}, {"-rounds", "2", "-sweep"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"}} {
+		{"-rounds", "0"}, {"-rounds", "2", "-sweep"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"}} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("bench %q: exit %d, want 2 (%s)", args, code, errb.String())
@@ -141,5 +143,52 @@ func TestBenchSweep(t *testing.T) {
 	}
 	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 6 {
 		t.Errorf("plot: want an SVG with 6 series:\n%.300s", svg)
+	}
+}
+
+// TestBenchVeth runs `goroce bench -veth` and a small `-veth -sweep`: both
+// ends in two network namespaces made for the run, joined by a veth pair.
+// The reports must name the namespaces and carry figures for goroce, TCP
+// and the UDP ceiling; the namespaces must be gone afterwards.
+func TestBenchVeth(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		if ip, err = exec.LookPath("/usr/sbin/ip"); err != nil {
+			t.Skip("needs iproute2's ip command")
+		}
+	}
+	plot := filepath.Join(t.TempDir(), "sweep.svg")
+	for _, args := range [][]string{
+		{"-veth", "-n", "300", "-s", "65536", "-lat-n", "100", "-counters"},
+		{"-veth", "-veth-mtu", "1500", "-sweep", "-max-size", "4096", "-max-qps", "2", "-bytes", "1048576", "-lat-n", "50", "-plot", plot},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 0 {
+			t.Fatalf("bench %q: exit %d: %s\n%s", args, code, errb.String(), out.String())
+		}
+		o := out.String()
+		want := []string{"goroce bench: the server's end in network namespace /run/netns/goroce-bench-", "BW average[MiB/sec], 65536 B",
+			"t_typical[usec], 2 B, one way", "UDP alone (GSO and GRO, no RDMA)", "counters of 198.18.9.1:", "counters of 198.18.9.2:"}
+		if args[2] == "1500" {
+			want = []string{"Network: a veth pair (MTU 1500) between network namespaces goroce-bench-", "Aggregate bandwidth against QP count", " 4096       "}
+		}
+		for _, w := range want {
+			if !strings.Contains(o, w) {
+				t.Errorf("bench %q: output lacks %q:\n%s", args, w, o)
+			}
+		}
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte("same run, a veth pair (MTU 1500)")) {
+		t.Errorf("plot: want its title to name the veth pair: %v\n%.600s", err, svg)
+	}
+	list, err := exec.Command(ip, "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prefix := fmt.Sprintf("goroce-bench-%d-", os.Getpid()); strings.Contains(string(list), prefix) {
+		t.Errorf("namespaces left behind:\n%s", list)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/perftest"
 	"github.com/goroce/goroce/internal/syncbuf"
 	"github.com/goroce/goroce/verbs"
@@ -36,6 +37,11 @@ type Config struct {
 	NoLat    bool          // skip the latency test
 	Server   netip.Addr    // device addresses; zero means 127.0.0.1 and 127.0.0.2
 	Client   netip.Addr
+	// ServerNS and ClientNS are the network namespaces the two ends
+	// live in: their devices, the out-of-band connections and the TCP
+	// and UDP comparisons' sockets (goroce bench -veth). Nil: the
+	// process's own.
+	ServerNS, ClientNS *netns.NS
 	// Profile, if set, receives a CPU profile (pprof) of the goroce
 	// bandwidth test.
 	Profile io.Writer
@@ -94,16 +100,18 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if !cfg.Server.IsValid() {
 		cfg.Server, cfg.Client = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	}
-	srv, cli, err := openDevices(cfg.Server, cfg.Client, cfg.SameHost)
+	e, err := openEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Close()
-	defer cli.Close()
+	defer e.close()
 
 	fmt.Fprintf(out, "goroce bench: %s between two goroce devices (%v, %v) and over TCP, in one run\n",
 		map[perftest.Verb]string{perftest.Write: "RDMA WRITE", perftest.Read: "RDMA READ", perftest.Send: "SEND"}[cfg.Verb],
 		cfg.Server, cfg.Client)
+	if cfg.ServerNS != nil || cfg.ClientNS != nil {
+		fmt.Fprintf(out, "goroce bench: the server's end in network namespace %s, the client's in %s\n", nsName(cfg.ServerNS), nsName(cfg.ClientNS))
+	}
 	if cfg.Poll {
 		fmt.Fprintf(out, "goroce bench: the bandwidth test's waits busy-poll on both sides (-poll)\n")
 	}
@@ -126,10 +134,10 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	}
 	cpu0 := cpuTime()
 	var bwOut string
-	withProcs(cfg.Procs, func() { bwOut, err = pair(bwTest, bwArgs, cfg.Poll, srv, cli, out) })
+	withProcs(cfg.Procs, func() { bwOut, err = pair(bwTest, bwArgs, cfg.Poll, e, out) })
 	cpuGoroce := cpuTime() - cpu0
 	if cfg.Counters {
-		printCounters(out, srv, cli)
+		printCounters(out, e.srv, e.cli)
 	}
 	if cfg.Profile != nil {
 		pprof.StopCPUProfile()
@@ -173,7 +181,7 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if !cfg.NoLat {
 		latTest := perftest.Test{Verb: cfg.Verb, Kind: perftest.Lat}
 		if cfg.Verb == perftest.Send || cfg.Verb == perftest.Read || cfg.Verb == perftest.Write {
-			latOut, err := pair(latTest, []string{"-n", strconv.Itoa(cfg.LatIters)}, false, srv, cli, out)
+			latOut, err := pair(latTest, []string{"-n", strconv.Itoa(cfg.LatIters)}, false, e, out)
 			if err != nil {
 				return nil, err
 			}
@@ -216,24 +224,46 @@ func withProcs(procs int, f func()) {
 	f()
 }
 
-// openDevices opens the server's and the client's devices.
-func openDevices(server, client netip.Addr, sameHost bool) (srv, cli *verbs.Device, err error) {
-	if srv, err = verbs.Open(verbs.Config{Addr: server, SameHost: sameHost}); err != nil {
-		return nil, nil, fmt.Errorf("open server device: %w", err)
+// ends are the two sides of a run: each one's device and the network
+// namespace its sockets live in (nil: the process's own).
+type ends struct {
+	srv, cli     *verbs.Device
+	srvNS, cliNS *netns.NS
+}
+
+// openEnds opens the server's and the client's devices.
+func openEnds(server, client netip.Addr, srvNS, cliNS *netns.NS, sameHost bool) (*ends, error) {
+	e := &ends{srvNS: srvNS, cliNS: cliNS}
+	var err error
+	if e.srv, err = verbs.Open(verbs.Config{Addr: server, SameHost: sameHost, NetNS: srvNS.Name()}); err != nil {
+		return nil, fmt.Errorf("open server device: %w", err)
 	}
-	if cli, err = verbs.Open(verbs.Config{Addr: client, SameHost: sameHost}); err != nil {
-		srv.Close()
-		return nil, nil, fmt.Errorf("open client device: %w", err)
+	if e.cli, err = verbs.Open(verbs.Config{Addr: client, SameHost: sameHost, NetNS: cliNS.Name()}); err != nil {
+		e.srv.Close()
+		return nil, fmt.Errorf("open client device: %w", err)
 	}
-	return srv, cli, nil
+	return e, nil
+}
+
+func (e *ends) close() {
+	e.cli.Close()
+	e.srv.Close()
+}
+
+// nsName names a namespace for the report.
+func nsName(ns *netns.NS) string {
+	if ns == nil {
+		return "(the process's own)"
+	}
+	return ns.Name()
 }
 
 // pair runs a perftest test between the two devices and prints the
 // client's report; it returns the client's output. The TCP port is picked
 // free, and again if something took it before the server bound it.
-func pair(t perftest.Test, args []string, poll bool, srv, cli *verbs.Device, out io.Writer) (string, error) {
+func pair(t perftest.Test, args []string, poll bool, e *ends, out io.Writer) (string, error) {
 	for try := 0; ; try++ {
-		o, err := pairOnce(t, args, poll, srv, cli, out)
+		o, err := pairOnce(t, args, poll, e, out)
 		if err != nil && try < 3 && strings.Contains(err.Error(), "address already in use") {
 			continue
 		}
@@ -241,8 +271,8 @@ func pair(t perftest.Test, args []string, poll bool, srv, cli *verbs.Device, out
 	}
 }
 
-func pairOnce(t perftest.Test, args []string, poll bool, srv, cli *verbs.Device, out io.Writer) (string, error) {
-	port, err := freePort()
+func pairOnce(t perftest.Test, args []string, poll bool, e *ends, out io.Writer) (string, error) {
+	port, err := freePort(e.srvNS)
 	if err != nil {
 		return "", err
 	}
@@ -251,14 +281,15 @@ func pairOnce(t perftest.Test, args []string, poll bool, srv, cli *verbs.Device,
 	if err != nil {
 		return "", err
 	}
-	cp, err := perftest.Parse(t, append(args, srv.Addr().Addr().String()))
+	cp, err := perftest.Parse(t, append(args, e.srv.Addr().Addr().String()))
 	if err != nil {
 		return "", err
 	}
 	sp.PollBW, cp.PollBW = poll, poll
+	sp.NetNS, cp.NetNS = e.srvNS, e.cliNS
 	var srvOut syncbuf.Buffer
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- perftest.Run(sp, srv, &srvOut) }()
+	go func() { srvDone <- perftest.Run(sp, e.srv, &srvOut) }()
 	// The server listens before it prints its banner.
 	for deadline := time.Now().Add(5 * time.Second); !srvOut.Contains("Waiting for client"); {
 		select {
@@ -272,7 +303,7 @@ func pairOnce(t perftest.Test, args []string, poll bool, srv, cli *verbs.Device,
 		time.Sleep(time.Millisecond)
 	}
 	var cliOut bytes.Buffer
-	cliErr := perftest.Run(cp, cli, io.MultiWriter(&cliOut, out))
+	cliErr := perftest.Run(cp, e.cli, io.MultiWriter(&cliOut, out))
 	srvErr := <-srvDone
 	if cliErr != nil {
 		return "", fmt.Errorf("%s client: %w", t.Name(), cliErr)
@@ -288,9 +319,13 @@ func pairOnce(t perftest.Test, args []string, poll bool, srv, cli *verbs.Device,
 // address alone may be the source port of a connection on another (the
 // TCP comparison's 1024 connections from the client's address, still
 // closing from the run before, made one run in three of `-q 1024` fail
-// with "address already in use").
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", ":0")
+// with "address already in use"). It looks in the server's namespace ns.
+func freePort(ns *netns.NS) (int, error) {
+	var ln net.Listener
+	err := ns.Do(func() (err error) {
+		ln, err = net.Listen("tcp", ":0")
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}

@@ -46,8 +46,13 @@ func TestParseSweep(t *testing.T) {
 			}
 		}
 	}
-	if r.SameHost {
-		t.Error("a sweep without the same-host header parsed as same-host")
+	if r.SameHost || r.Network != "loopback" {
+		t.Errorf("a sweep without headers parsed as same-host %v, network %q (want false, loopback)", r.SameHost, r.Network)
+	}
+	const veth = "a veth pair (MTU 9000) between network namespaces goroce-bench-7-1-a and goroce-bench-7-1-b"
+	r, err = ParseSweep(strings.NewReader(" " + networkHeader + veth + "\n" + sweepTables))
+	if err != nil || r.Network != veth || len(r.BWBySize) == 0 {
+		t.Errorf("sweep over a veth: %+v, %v", r, err)
 	}
 	r, err = ParseSweep(strings.NewReader(" " + sameHostHeader + "\n\n" + sweepTables + "\n plot: sweep.svg\n"))
 	if err != nil || !r.SameHost || len(r.BWByQPs) != 2 {

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/perftest"
-	"github.com/goroce/goroce/verbs"
 )
 
 // SweepConfig says what a sweep covers.
@@ -28,6 +28,11 @@ type SweepConfig struct {
 	SameHost       bool // open the devices with the same-host path (verbs.Config.SameHost)
 	Procs          int  // GOMAXPROCS for goroce's bandwidth points, as Config.Procs
 	Poll           bool // goroce's bandwidth points busy-poll, as Config.Poll
+	// ServerNS and ClientNS are the ends' network namespaces, as
+	// Config's; Network says what joins them, for the tables and the
+	// plot: "loopback" by default.
+	ServerNS, ClientNS *netns.NS
+	Network            string
 }
 
 // Point is one measurement of a sweep, goroce and TCP side by side.
@@ -39,11 +44,16 @@ type Point struct {
 // SweepResult holds the three series of a sweep.
 type SweepResult struct {
 	BWBySize, LatBySize, BWByQPs []Point
-	SameHost                     bool // goroce ran over the same-host path
+	SameHost                     bool   // goroce ran over the same-host path
+	Network                      string // what joined the two ends: "loopback", or as SweepConfig.Network said
 }
 
 // sameHostHeader heads the tables of a sweep over the same-host path.
 const sameHostHeader = "Path: goroce over the same-host path (shared memory, GOROCE_SAMEHOST=1); TCP as always"
+
+// networkHeader heads the tables of every sweep, naming what joined the
+// ends.
+const networkHeader = "Network: "
 
 func (c *SweepConfig) defaults() {
 	if c.MinSize == 0 {
@@ -72,6 +82,9 @@ func (c *SweepConfig) defaults() {
 	if !c.Server.IsValid() {
 		c.Server, c.Client = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	}
+	if c.Network == "" {
+		c.Network = "loopback"
+	}
 }
 
 // iters is the iteration count that moves about total bytes in messages
@@ -86,15 +99,15 @@ func iters(total int64, size, qps int) int {
 // and prints a table as it goes.
 func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	cfg.defaults()
-	srv, cli, err := openDevices(cfg.Server, cfg.Client, cfg.SameHost)
+	e, err := openEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Close()
-	defer cli.Close()
-	tcfg := Config{Server: cfg.Server, Client: cfg.Client, QPs: 1, LatIters: cfg.LatIters}
+	defer e.close()
+	tcfg := Config{Server: cfg.Server, Client: cfg.Client, ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, QPs: 1, LatIters: cfg.LatIters}
 	bw := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
-	res := &SweepResult{SameHost: cfg.SameHost}
+	res := &SweepResult{SameHost: cfg.SameHost, Network: cfg.Network}
+	fmt.Fprintf(out, " %s%s\n", networkHeader, cfg.Network)
 	if cfg.SameHost {
 		fmt.Fprintf(out, " %s\n\n", sameHostHeader)
 	}
@@ -103,7 +116,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxSize; size *= 2 {
 		n := iters(cfg.Bytes, size, 1)
-		g, err := bwPoint(bw, size, n, 1, cfg.Procs, cfg.Poll, srv, cli)
+		g, err := bwPoint(bw, size, n, 1, cfg.Procs, cfg.Poll, e)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +135,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[usec]", "TCP[usec]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxLatSize; size *= 2 {
 		args := []string{"-n", strconv.Itoa(cfg.LatIters), "-s", strconv.Itoa(size)}
-		o, err := pair(lat, args, false, srv, cli, io.Discard)
+		o, err := pair(lat, args, false, e, io.Discard)
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +155,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for _, q := range cfg.QPs {
 		n := iters(cfg.Bytes, cfg.QPSize, q)
-		g, err := bwPoint(bw, cfg.QPSize, n, q, cfg.Procs, cfg.Poll, srv, cli)
+		g, err := bwPoint(bw, cfg.QPSize, n, q, cfg.Procs, cfg.Poll, e)
 		if err != nil {
 			return nil, err
 		}
@@ -159,11 +172,11 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 }
 
 // bwPoint runs one perftest bandwidth test and returns its average.
-func bwPoint(t perftest.Test, size, n, qps, procs int, poll bool, srv, cli *verbs.Device) (float64, error) {
+func bwPoint(t perftest.Test, size, n, qps, procs int, poll bool, e *ends) (float64, error) {
 	args := []string{"-s", strconv.Itoa(size), "-n", strconv.Itoa(n), "-q", strconv.Itoa(qps)}
 	var o string
 	var err error
-	withProcs(procs, func() { o, err = pair(t, args, poll, srv, cli, io.Discard) })
+	withProcs(procs, func() { o, err = pair(t, args, poll, e, io.Discard) })
 	if err != nil {
 		return 0, err
 	}
@@ -177,7 +190,7 @@ func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
 // a header line, a column line and rows of size or QP count, iterations,
 // goroce, TCP and ratio), so that a saved sweep can be plotted again.
 func ParseSweep(r io.Reader) (*SweepResult, error) {
-	res := &SweepResult{}
+	res := &SweepResult{Network: "loopback"}
 	var cur *[]Point
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
@@ -194,6 +207,9 @@ func ParseSweep(r io.Reader) (*SweepResult, error) {
 			continue
 		case text == sameHostHeader:
 			res.SameHost = true
+			continue
+		case strings.HasPrefix(text, networkHeader):
+			res.Network = strings.TrimPrefix(text, networkHeader)
 			continue
 		case text == "" || strings.HasPrefix(text, "#") || strings.HasPrefix(text, "plot: "):
 			continue

@@ -16,7 +16,11 @@ func dialPair(cfg Config, ln net.Listener) (c, s net.Conn, err error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: cfg.Client.AsSlice()}, Timeout: 5 * time.Second}
 	acc := make(chan net.Conn, 1)
 	go func() { c, _ := ln.Accept(); acc <- c }()
-	if c, err = d.Dial("tcp", ln.Addr().String()); err != nil {
+	err = cfg.ClientNS.Do(func() (err error) {
+		c, err = d.Dial("tcp", ln.Addr().String())
+		return err
+	})
+	if err != nil {
 		return nil, nil, err
 	}
 	if s = <-acc; s == nil {
@@ -26,12 +30,21 @@ func dialPair(cfg Config, ln net.Listener) (c, s net.Conn, err error) {
 	return c, s, nil
 }
 
+// listenTCP listens on cfg.Server, port 0, in the server's namespace.
+func listenTCP(cfg Config) (ln net.Listener, err error) {
+	err = cfg.ServerNS.Do(func() (err error) {
+		ln, err = net.Listen("tcp", net.JoinHostPort(cfg.Server.String(), "0"))
+		return err
+	})
+	return ln, err
+}
+
 // tcpBandwidth moves n bytes in size-byte writes over each of cfg.QPs
 // connections at once (or for cfg.Duration seconds) and returns the
 // aggregate MiB/s, from the first write to the receivers' last byte, and
 // the bytes moved.
 func tcpBandwidth(cfg Config, size int, n int64) (mibps float64, bytes int64, err error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Server.String(), "0"))
+	ln, err := listenTCP(cfg)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -96,7 +109,7 @@ func tcpLatency(cfg Config) (float64, error) { return tcpLatencySize(cfg, 2) }
 
 // tcpLatencySize is tcpLatency with size-byte messages.
 func tcpLatencySize(cfg Config, size int) (float64, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Server.String(), "0"))
+	ln, err := listenTCP(cfg)
 	if err != nil {
 		return 0, err
 	}

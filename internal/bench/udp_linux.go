@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/netns"
 )
 
 // The UDP ceiling: what the kernel's UDP path itself moves between the two
@@ -33,7 +35,7 @@ const (
 // the first send to the last byte received, and the fraction of the bytes
 // sent that the receiver's socket dropped.
 func udpCeiling(cfg Config, n int64) (mibps, lost float64, err error) {
-	rfd, raddr, err := ceilingSocket(cfg.Server.As4(), unix.SO_RCVBUF)
+	rfd, raddr, err := ceilingSocket(cfg.ServerNS, cfg.Server.As4(), unix.SO_RCVBUF)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -46,7 +48,7 @@ func udpCeiling(cfg Config, n int64) (mibps, lost float64, err error) {
 	if err := unix.SetsockoptTimeval(rfd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000}); err != nil {
 		return 0, 0, err
 	}
-	sfd, _, err := ceilingSocket(cfg.Client.As4(), unix.SO_SNDBUF)
+	sfd, _, err := ceilingSocket(cfg.ClientNS, cfg.Client.As4(), unix.SO_SNDBUF)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -119,10 +121,15 @@ func udpCeiling(cfg Config, n int64) (mibps, lost float64, err error) {
 	return float64(got) / last.Sub(start).Seconds() / (1 << 20), float64(sent-got) / float64(sent), nil
 }
 
-// ceilingSocket opens a blocking UDP socket bound to addr's port 0 with
-// buffer opt (SO_RCVBUF or SO_SNDBUF) set, and returns it with its address.
-func ceilingSocket(addr [4]byte, opt int) (int, *unix.SockaddrInet4, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+// ceilingSocket opens a blocking UDP socket in namespace ns, bound to
+// addr's port 0 with buffer opt (SO_RCVBUF or SO_SNDBUF) set, and returns
+// it with its address.
+func ceilingSocket(ns *netns.NS, addr [4]byte, opt int) (int, *unix.SockaddrInet4, error) {
+	var fd int
+	err := ns.Do(func() (err error) {
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
 		return -1, nil, err
 	}

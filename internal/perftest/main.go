@@ -168,13 +168,21 @@ func session(p *Params, conn *Conn, localMTU int, devName string, out io.Writer,
 func dial(p *Params, out io.Writer) (net.Conn, error) {
 	port := strconv.Itoa(p.Port)
 	if p.Server != "" {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(p.Server, port), 10*time.Second)
+		var c net.Conn
+		err := p.NetNS.Do(func() (err error) {
+			c, err = net.DialTimeout("tcp", net.JoinHostPort(p.Server, port), 10*time.Second)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("couldn't connect to %s:%s: %w", p.Server, port, err)
 		}
 		return c, nil
 	}
-	ln, err := net.Listen("tcp", ":"+port)
+	var ln net.Listener
+	err := p.NetNS.Do(func() (err error) {
+		ln, err = net.Listen("tcp", ":"+port)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("couldn't listen to port %s: %w", port, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/goroce/goroce/internal/getopt"
+	"github.com/goroce/goroce/internal/netns"
 )
 
 // Verb is the operation a test measures.
@@ -119,6 +120,11 @@ type Params struct {
 	// tools (asTool); goroce bench, with both ends in one process, only
 	// with -poll.
 	PollBW bool
+
+	// NetNS, not a perftest option, is the network namespace the
+	// out-of-band connection is made in: goroce bench -veth runs the
+	// server in one and the client in another. Nil: the process's own.
+	NetNS *netns.NS
 
 	reqSize, reqCQMod, reqRxDepth bool
 
