@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,10 +59,14 @@ func (d *Device) EndPoll() { d.disp.endPoll() }
 // cheap: a CQ.Poll, a comparison of MR.RemoteWrites.
 //
 // After yieldAfter without a result the poller also offers its CPU to
-// other threads (sched_yield) between its polls: see yieldAfter.
+// other threads (sched_yield) between its polls: see yieldAfter. A poller
+// whose yield lets another thread run while another goroutine of the
+// process polls too moves its thread to another CPU: see unstack.
 func (d *Device) BusyPoll(spin time.Duration, done func() bool) bool {
 	start := nanotime()
 	end := start + int64(spin)
+	pollers.Add(1)
+	defer pollers.Add(-1)
 	for now := start; ; now = nanotime() {
 		if done() {
 			return true
@@ -85,7 +90,11 @@ func (d *Device) BusyPoll(spin time.Duration, done func() bool) bool {
 			// returns at once.
 			runtime.Gosched()
 			if now-start > int64(yieldAfter) {
+				t := nanotime()
 				yieldThread()
+				if nanotime()-t > int64(sharedYield) && pollers.Load() > 1 {
+					unstack(t)
+				}
 			}
 		}
 		if now >= end {
@@ -111,3 +120,45 @@ func (d *Device) BusyPoll(spin time.Duration, done func() bool) bool {
 // after 20 µs cost the 2-byte latency test (whose round trip is about
 // 15–20 µs there) a microsecond or two; after 50 µs it is rare there.
 const yieldAfter = 50 * time.Microsecond
+
+// sharedYield is how long a yield (yieldThread) must take for the poller
+// to conclude that another thread ran on its CPU meanwhile: a yield that
+// finds nobody else runnable returns in a microsecond or two.
+const sharedYield = 10 * time.Microsecond
+
+// unstackEvery is how often at most the process moves a poller's thread
+// (unstack).
+const unstackEvery = 5 * time.Millisecond
+
+var (
+	pollers     atomic.Int32 // goroutines of this process in BusyPoll
+	lastUnstack atomic.Int64 // nanotime of the last unstack that moved a thread
+	unstacked   atomic.Int64 // threads moved, for tests
+)
+
+// unstack moves the calling poller's thread to another CPU (moveThread),
+// when another goroutine of this process polls too and the last move was
+// unstackEvery ago or longer. Two polling threads of one process can end
+// up on one CPU while another CPU idles: goroce bench's latency test,
+// both ends in one process, each polling, ran at 62–75 µs one way instead
+// of 8–12 in 5 of 30 runs of 200 round trips (fifteenth round, the 2-vCPU
+// VM of yieldAfter). A scheduler trace (sched_switch) showed the two
+// threads on one vCPU taking turns at each yield, the other vCPU idle:
+// a wake-up during the connection's setup had put the woken thread on its
+// waker's CPU, and the kernel's load balancer leaves alone threads that
+// ran within the last half millisecond, which both always have. A yield
+// does not make the kernel place a thread anew; a change of its CPU
+// affinity does. With the move, none of 60 runs was slow. Only pollers of
+// one process are moved: between two processes, where the thread that
+// ran may be anybody's, moving on every long yield cost ib_write_bw in
+// two of four rotated rounds (64-byte WRITEs 0.91–0.95 M/s against
+// 1.14–1.31, a 64 KiB run 661 MiB/s against 1,813–2,084).
+func unstack(now int64) {
+	last := lastUnstack.Load()
+	if now-last < int64(unstackEvery) || !lastUnstack.CompareAndSwap(last, now) {
+		return
+	}
+	if moveThread() {
+		unstacked.Add(1)
+	}
+}
