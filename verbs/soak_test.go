@@ -386,8 +386,16 @@ func TestFaultyUDP(t *testing.T) {
 				c2["icrc_errors"], c1["icrc_errors"], c1["fault_corrupted"], c2["fault_corrupted"], kernelDrops)
 		}
 	}
-	t.Logf("a: %d sent, %d dropped, %d corrupted, %d overflow, %d discarded, %d retries, %d send errors; b: %d duplicates, %d ICRC errors, %d malformed",
-		c1["sent_pkts"], c1["fault_dropped"], c1["fault_corrupted"], c1["fault_overflow"], c1["fault_discarded"], c1["completer_retry_err"], c1["send_err"], c2["duplicate_request"], c2["icrc_errors"], c2["malformed"])
+	// Both directions' counts, so that a run where the two disagree shows
+	// where the difference went.
+	for _, d := range []struct {
+		name   string
+		tx, rx map[string]uint64
+	}{{"a to b", c1, c2}, {"b to a", c2, c1}} {
+		t.Logf("%s: %d sent, %d dropped, %d corrupted, %d reordered, %d overflow, %d discarded, %d retries, %d send errors; received: %d duplicates, %d ICRC errors, %d malformed",
+			d.name, d.tx["sent_pkts"], d.tx["fault_dropped"], d.tx["fault_corrupted"], d.tx["fault_reordered"], d.tx["fault_overflow"], d.tx["fault_discarded"],
+			d.tx["completer_retry_err"], d.tx["send_err"], d.rx["duplicate_request"], d.rx["icrc_errors"], d.rx["malformed"])
+	}
 	if _, err := Open(Config{Addr: netip.MustParseAddr("127.0.1.250"), Fault: "drop=200%"}); err == nil {
 		t.Error("a bad fault spec was accepted")
 	}
