@@ -102,8 +102,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 		cfg.Server, cfg.Client = vp.A, vp.B
 		cfg.ServerNS, cfg.ClientNS = vp.NSA, vp.NSB
-		a, b := vp.Names()
-		network = fmt.Sprintf("a veth pair (MTU %d) between network namespaces %s and %s", *vethMTU, a, b)
+		network = fmt.Sprintf("veth between two namespaces, MTU %d", *vethMTU)
 	}
 	if *rounds < 1 || *rounds > 1 && (*cpuProfile != "" || *traceFile != "" || *sweep) {
 		fmt.Fprintf(stderr, "goroce bench: -rounds %d: want 1 or more, and 1 with -cpuprofile, -trace or -sweep\n", *rounds)

@@ -173,7 +173,7 @@ func TestBenchVeth(t *testing.T) {
 		want := []string{"goroce bench: the server's end in network namespace /run/netns/goroce-bench-", "BW average[MiB/sec], 65536 B",
 			"t_typical[usec], 2 B, one way", "UDP alone (GSO and GRO, no RDMA)", "counters of 198.18.9.1:", "counters of 198.18.9.2:"}
 		if args[2] == "1500" {
-			want = []string{"Network: a veth pair (MTU 1500) between network namespaces goroce-bench-", "Aggregate bandwidth against QP count", " 4096       "}
+			want = []string{"Network: veth between two namespaces, MTU 1500", "Aggregate bandwidth against QP count", " 4096       "}
 		}
 		for _, w := range want {
 			if !strings.Contains(o, w) {
@@ -181,7 +181,7 @@ func TestBenchVeth(t *testing.T) {
 			}
 		}
 	}
-	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte("same run, a veth pair (MTU 1500)")) {
+	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte("same run, veth between two namespaces, MTU 1500")) {
 		t.Errorf("plot: want its title to name the veth pair: %v\n%.600s", err, svg)
 	}
 	list, err := exec.Command(ip, "netns", "list").CombinedOutput()

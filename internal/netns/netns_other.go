@@ -35,8 +35,5 @@ func NewVeth(tag string, a, b netip.Prefix, mtu int) (*Veth, error) {
 	return nil, fmt.Errorf("netns: veth: %w", errors.ErrUnsupported)
 }
 
-// Names returns no names outside Linux.
-func (v *Veth) Names() (a, b string) { return "", "" }
-
 // Close does nothing outside Linux.
 func (v *Veth) Close() error { return nil }

@@ -90,9 +90,6 @@ func NewVeth(tag string, a, b netip.Prefix, mtu int) (v *Veth, err error) {
 	return v, nil
 }
 
-// Names returns the two namespaces' names, as "ip netns" lists them.
-func (v *Veth) Names() (a, b string) { return v.names[0], v.names[1] }
-
 // Close closes the namespace files and deletes the namespaces, which
 // takes the veth pair with them once the sockets made inside are closed.
 func (v *Veth) Close() error {
