@@ -160,3 +160,23 @@ func ExampleConfig_sameHost() {
 	fmt.Println(wc.Status, string(b.buf[100:105]), c["samehost_pkts"] == c["sent_pkts"])
 	// Output: SUCCESS hello true
 }
+
+// ExampleConfig_netNS opens two devices of one process in two network
+// namespaces, here "left" and "right" made beforehand with "ip netns add"
+// and joined by a veth pair holding 198.18.9.1 and 198.18.9.2 (as root:
+// entering a namespace needs CAP_SYS_ADMIN). Their sockets live there, so
+// their packets cross the veth, and they connect as any two devices do.
+// goroce bench -veth makes such a pair for a run.
+func ExampleConfig_netNS() {
+	a := openConfig(verbs.Config{Addr: netip.MustParseAddr("198.18.9.1"), NetNS: "/run/netns/left"})
+	b := openConfig(verbs.Config{Addr: netip.MustParseAddr("198.18.9.2"), NetNS: "/run/netns/right"})
+	defer a.dev.Close()
+	defer b.dev.Close()
+	a.connect(b)
+	b.connect(a)
+
+	copy(a.buf, "across")
+	post(a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{a.mr.SGE(0, 6)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}}))
+	fmt.Println(a.waitOne().Status, string(b.buf[:6]))
+}
