@@ -30,10 +30,9 @@ func (n *NS) Inode() (uint64, error) {
 	var st unix.Stat_t
 	var err error
 	if n == nil {
-		// Not /proc/self: that is the main thread's, and a Do may have
-		// left the main thread in another namespace (the runtime parks a
-		// main thread whose goroutine exits locked instead of ending
-		// it). Every thread that runs goroutines is in the process's own.
+		// The calling thread's, which runs goroutines and so is in the
+		// process's namespace; /proc/self is the main thread's, which a
+		// program may have moved.
 		runtime.LockOSThread()
 		err = unix.Stat("/proc/thread-self/ns/net", &st)
 		runtime.UnlockOSThread()
@@ -56,16 +55,32 @@ func (n *NS) Do(fn func() error) error {
 		return fn()
 	}
 	errc := make(chan error, 1)
-	go func() {
-		// The goroutine never unlocks its thread: when it returns, the
-		// runtime ends the thread (or parks it for good, if it is the
-		// main thread) instead of handing it to other goroutines.
-		runtime.LockOSThread()
-		if err := unix.Setns(int(n.f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("netns: enter %s: %w", n.Name(), os.NewSyscallError("setns", err))
-			return
-		}
-		errc <- fn()
-	}()
+	go n.enter(fn, errc)
 	return <-errc
+}
+
+// enter locks its goroutine to a thread, enters the namespace there, runs
+// fn and sends its error. The goroutine never unlocks that thread: when it
+// returns, the runtime ends the thread instead of handing it to other
+// goroutines. Not the main thread, though: the runtime cannot end that
+// one and parks it for good, and a process whose main thread sits in
+// another namespace sees that namespace through /proc/self (/proc/self/net
+// and /proc/self/ns/net are the main thread's). On the main thread enter
+// runs itself again on a new goroutine, which cannot get the main thread
+// while this one holds it, waits for it, and lets the main thread go.
+func (n *NS) enter(fn func() error, errc chan<- error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		inner := make(chan error, 1)
+		go n.enter(fn, inner)
+		err := <-inner
+		runtime.UnlockOSThread()
+		errc <- err
+		return
+	}
+	if err := unix.Setns(int(n.f.Fd()), unix.CLONE_NEWNET); err != nil {
+		errc <- fmt.Errorf("netns: enter %s: %w", n.Name(), os.NewSyscallError("setns", err))
+		return
+	}
+	errc <- fn()
 }

@@ -91,6 +91,32 @@ func TestDo(t *testing.T) {
 	}
 }
 
+// TestDoLeavesMainThread enters a namespace many times: the main thread
+// must stay in the process's namespace, which /proc/self/ns/net shows. A
+// Do that ran on the main thread used to leave it parked in the other
+// one, and /proc/self/net/snmp then counted that namespace's datagrams
+// (verbs' TestFaultyUDP read the kernel's drops there, and found none).
+func TestDoLeavesMainThread(t *testing.T) {
+	v := newVeth(t)
+	for range 200 {
+		if err := v.NSA.Do(func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own, err := (*NS)(nil).Inode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Ino != own {
+		a, _ := v.NSA.Inode()
+		t.Errorf("the main thread is in namespace %d (the veth's a: %d), not the process's %d", st.Ino, a, own)
+	}
+}
+
 // TestDoError passes fn's error through, and entering fails cleanly for a
 // namespace the process cannot enter.
 func TestDoError(t *testing.T) {
