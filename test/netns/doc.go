@@ -12,8 +12,8 @@
 //	sudo go test -v ./test/netns
 //
 // The tests build cmd/rc_pingpong and cmd/ud_pingpong into a temporary
-// directory. Each pingpong test creates
-// its own pair of namespaces, goroce-t<pid>-<n>-a and -b, holding the two
+// directory. Each pingpong test creates its own pair of namespaces,
+// goroce-t-<pid>-<n>-a and -b (internal/netns.NewVeth), holding the two
 // ends of a veth pair, 198.18.10.1/24 in a and 198.18.10.2/24 in b (from
 // 198.18.0.0/15, the range reserved for benchmarking, RFC 2544); the veth
 // is created inside the namespaces, so nothing touches the host's own

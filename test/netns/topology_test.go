@@ -3,14 +3,18 @@ package netns_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/netns"
 )
 
 // The two ends of the veth pair.
@@ -88,46 +92,29 @@ type topology struct {
 	a, b    string // namespace names
 }
 
-// topologies numbers the topologies of this test process.
+// topologies numbers the bridges of this test process (newBridge).
 var topologies atomic.Int32
 
-// newTopology creates the namespaces and the veth pair, with the given MTU
-// on both ends, and deletes them when the test ends. The names carry the
-// process ID, so that concurrent test processes do not collide; cleanup
-// deletes exactly the two namespaces it created, which takes the veth
-// pair with them.
+// newTopology creates the namespaces and the veth pair (netns.NewVeth:
+// goroce-t-<pid>-<n>-a and -b, the veth created inside them), with the
+// given MTU on both ends, and deletes them when the test ends, which takes
+// the veth pair with them.
 func newTopology(t *testing.T, mtu int) *topology {
 	t.Helper()
 	ip, nft := requireTools(t)
-	n, pid := topologies.Add(1), os.Getpid()
-	tp := &topology{ip: ip, nft: nft,
-		a: fmt.Sprintf("goroce-t%d-%d-a", pid, n), b: fmt.Sprintf("goroce-t%d-%d-b", pid, n)}
-	for i, ns := range []string{tp.a, tp.b} {
-		if out, err := tryCommand(ip, "netns", "add", ns); err != nil {
-			if i == 0 && (strings.Contains(out, "ermission") || strings.Contains(out, "not permitted")) {
-				t.Skipf("cannot create a network namespace (a container without CAP_SYS_ADMIN?): %v", err)
-			}
-			t.Fatal(err)
+	v, err := netns.NewVeth("goroce-t", netip.MustParsePrefix(addrA+"/24"), netip.MustParsePrefix(addrB+"/24"), mtu)
+	if err != nil {
+		if msg := err.Error(); strings.Contains(msg, "ermission") || strings.Contains(msg, "not permitted") {
+			t.Skipf("cannot create a network namespace (a container without CAP_SYS_ADMIN?): %v", err)
 		}
-		t.Cleanup(func() {
-			if _, err := tryCommand(ip, "netns", "del", ns); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		})
+		t.Fatal(err)
 	}
-	// Interface names have at most 15 bytes: "gr" + pid (≤ 7 digits) +
-	// "-" + n + "a".
-	va, vb := fmt.Sprintf("gr%d-%da", pid, n), fmt.Sprintf("gr%d-%db", pid, n)
-	command(t, ip, "link", "add", va, "netns", tp.a, "type", "veth", "peer", "name", vb, "netns", tp.b)
-	for _, end := range []struct{ ns, dev, addr string }{{tp.a, va, addrA}, {tp.b, vb, addrB}} {
-		command(t, ip, "-n", end.ns, "addr", "add", end.addr+"/24", "dev", end.dev)
-		// No IPv6 link-local address: the veth carries only the test's
-		// IPv4 traffic.
-		command(t, ip, "-n", end.ns, "link", "set", "dev", end.dev, "addrgenmode", "none")
-		command(t, ip, "-n", end.ns, "link", "set", "dev", end.dev, "mtu", strconv.Itoa(mtu), "up")
-		command(t, ip, "-n", end.ns, "link", "set", "dev", "lo", "up")
-	}
-	return tp
+	t.Cleanup(func() {
+		if err := v.Close(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return &topology{ip: ip, nft: nft, a: filepath.Base(v.NSA.Name()), b: filepath.Base(v.NSB.Name())}
 }
 
 // inNS returns the command line that runs argv in namespace ns.
