@@ -132,7 +132,7 @@ const unstackEvery = 5 * time.Millisecond
 
 var (
 	pollers     atomic.Int32 // goroutines of this process in BusyPoll
-	lastUnstack atomic.Int64 // nanotime of the last unstack that moved a thread
+	lastUnstack atomic.Int64 // nanotime of the last move tried
 	unstacked   atomic.Int64 // threads moved, for tests
 )
 

@@ -8,7 +8,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
 )
 
 // TestBench runs `goroce bench` small: both perftest tables and the TCP
@@ -154,11 +158,9 @@ func TestBenchVeth(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}
-	ip, err := exec.LookPath("ip")
+	ip, err := netns.Tool("ip")
 	if err != nil {
-		if ip, err = exec.LookPath("/usr/sbin/ip"); err != nil {
-			t.Skip("needs iproute2's ip command")
-		}
+		t.Skip(err)
 	}
 	plot := filepath.Join(t.TempDir(), "sweep.svg")
 	for _, args := range [][]string{
@@ -190,5 +192,55 @@ func TestBenchVeth(t *testing.T) {
 	}
 	if prefix := fmt.Sprintf("goroce-bench-%d-", os.Getpid()); strings.Contains(string(list), prefix) {
 		t.Errorf("namespaces left behind:\n%s", list)
+	}
+}
+
+// TestBenchVethSignal: `goroce bench -veth` ended by SIGTERM mid-run
+// exits 130 and deletes its namespaces first. The bench runs in a child,
+// this test binary run again with GOROCE_BENCH_VETH_CHILD set.
+func TestBenchVethSignal(t *testing.T) {
+	if os.Getenv("GOROCE_BENCH_VETH_CHILD") != "" {
+		os.Exit(run([]string{"bench", "-veth", "-D", "30", "-no-lat"}, os.Stdout, os.Stderr))
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	ip, err := netns.Tool("ip")
+	if err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchVethSignal$")
+	cmd.Env = append(os.Environ(), "GOROCE_BENCH_VETH_CHILD=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("goroce-bench-%d-", cmd.Process.Pid)
+	list := func() string {
+		b, err := exec.Command(ip, "netns", "list").CombinedOutput()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	// Wait for the namespaces, then for the bandwidth test to be under way.
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(list(), prefix); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("no namespaces %s* appeared:\n%s", prefix, out.String())
+		}
+	}
+	time.Sleep(time.Second)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Errorf("exit %v, want 130:\n%s", err, out.String())
+	}
+	if l := list(); strings.Contains(l, prefix) {
+		t.Errorf("namespaces left behind after SIGTERM:\n%s", l)
 	}
 }

@@ -12,7 +12,11 @@
 // command (iproute2), and deletes them again.
 package netns
 
-import "os"
+import (
+	"fmt"
+	"os"
+	"os/exec"
+)
 
 // NS is an open network namespace. The nil *NS is the process's own: Do
 // runs its function directly.
@@ -35,4 +39,19 @@ func (n *NS) Close() error {
 		return nil
 	}
 	return n.f.Close()
+}
+
+// Tool finds a command on PATH or in /usr/sbin and /sbin, where ip and
+// nft live but which a user's PATH may lack.
+func Tool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin"} {
+		p := dir + "/" + name
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("netns: %s not found on PATH, in /usr/sbin or /sbin", name)
 }

@@ -18,7 +18,7 @@ func newVeth(t *testing.T) *Veth {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}
-	if _, err := tool("ip"); err != nil {
+	if _, err := Tool("ip"); err != nil {
 		t.Skip(err)
 	}
 	v, err := NewVeth("goroce-nt", netip.MustParsePrefix("198.18.12.1/24"), netip.MustParsePrefix("198.18.12.2/24"), 9000)
@@ -150,7 +150,7 @@ func TestOpenRejects(t *testing.T) {
 
 // TestNewVethRejects checks the addresses before making anything.
 func TestNewVethRejects(t *testing.T) {
-	if _, err := tool("ip"); err != nil {
+	if _, err := Tool("ip"); err != nil {
 		t.Skip(err)
 	}
 	if _, err := NewVeth("goroce-nt", netip.MustParsePrefix("198.18.12.1/24"), netip.MustParsePrefix("2001:2::1/64"), 1500); err == nil || !strings.Contains(err.Error(), "one family") {

@@ -35,9 +35,9 @@ var veths atomic.Int32
 // host's own network is not touched: the veth is created inside the
 // namespaces.
 func NewVeth(tag string, a, b netip.Prefix, mtu int) (v *Veth, err error) {
-	ip, err := tool("ip")
+	ip, err := Tool("ip")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (apt-get install iproute2)", err)
 	}
 	if !a.IsValid() || !b.IsValid() || a.Addr().Is4() != b.Addr().Is4() {
 		return nil, fmt.Errorf("netns: veth addresses %v and %v: want two prefixes of one family", a, b)
@@ -113,19 +113,4 @@ func (v *Veth) run(args ...string) error {
 		return fmt.Errorf("netns: ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
-}
-
-// tool finds a command on PATH or in /usr/sbin and /sbin, where ip lives
-// but which a user's PATH may lack.
-func tool(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin"} {
-		p := dir + "/" + name
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("netns: %s not found on PATH, in /usr/sbin or /sbin (apt-get install iproute2)", name)
 }

@@ -23,21 +23,6 @@ const (
 	addrB = "198.18.10.2"
 )
 
-// tool finds a command on PATH or in /usr/sbin and /sbin, where ip and nft
-// live but which a user's PATH may lack.
-func tool(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin"} {
-		p := dir + "/" + name
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found on PATH, in /usr/sbin or /sbin", name)
-}
-
 // requireTools skips the test unless it runs as root with ip and nft, and
 // returns their paths.
 func requireTools(t *testing.T) (ip, nft string) {
@@ -45,11 +30,11 @@ func requireTools(t *testing.T) (ip, nft string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces: run sudo go test -v ./test/netns")
 	}
-	ip, err := tool("ip")
+	ip, err := netns.Tool("ip")
 	if err != nil {
 		t.Skipf("needs iproute2 (apt-get install iproute2): %v", err)
 	}
-	nft, err = tool("nft")
+	nft, err = netns.Tool("nft")
 	if err != nil {
 		t.Skipf("needs nftables (apt-get install nftables): %v", err)
 	}
