@@ -42,6 +42,7 @@ type config struct {
 	per     int           // messages per sendmmsg
 	socks   int           // sending sockets, taking turns call by call
 	connect bool          // connect the sending sockets to the reader
+	ipv6    bool          // send over IPv6 (::1 to ::1) instead of IPv4
 	dur     time.Duration // how long to send
 }
 
@@ -62,6 +63,7 @@ func main() {
 	flag.IntVar(&c.per, "per", 16, "messages per sendmmsg")
 	flag.IntVar(&c.socks, "socks", 1, "sending sockets, taking turns call by call")
 	flag.BoolVar(&c.connect, "connect", false, "connect the sending sockets (the kernel then keeps their route)")
+	flag.BoolVar(&c.ipv6, "6", false, "send over IPv6, ::1 to ::1, instead of 127.0.0.2 to 127.0.0.1")
 	flag.DurationVar(&c.dur, "t", 2*time.Second, "how long to send")
 	flag.Parse()
 	r, err := run(c)
@@ -70,8 +72,8 @@ func main() {
 		os.Exit(1)
 	}
 	gib := float64(r.bytes) / (1 << 30)
-	fmt.Printf("size %d gso %d first %v per %d socks %d connect %v: %.0f MiB/s, %.0f k datagrams/s, %.1f datagrams per call\n",
-		c.size, c.gso, c.first, c.per, c.socks, c.connect,
+	fmt.Printf("size %d gso %d first %v per %d socks %d connect %v ipv6 %v: %.0f MiB/s, %.0f k datagrams/s, %.1f datagrams per call\n",
+		c.size, c.gso, c.first, c.per, c.socks, c.connect, c.ipv6,
 		float64(r.bytes)/r.elapsed.Seconds()/(1<<20), float64(r.datagrams)/r.elapsed.Seconds()/1e3, float64(r.datagrams)/float64(max(r.calls, 1)))
 	fmt.Printf("sender CPU: %.2f us per datagram, %.3f s per GiB; reader got %.1f%% of the bytes; %d calls found the buffer full\n",
 		r.cpu.Seconds()*1e6/float64(max(r.datagrams, 1)), r.cpu.Seconds()/max(gib, 1e-9), 100*float64(r.received)/float64(max(r.bytes, 1)), r.full)
@@ -92,7 +94,11 @@ func run(c config) (result, error) {
 	if c.gso > 1 && c.size*c.gso > 65507 {
 		return r, fmt.Errorf("a super-packet of %d × %d bytes is larger than a UDP datagram", c.gso, c.size)
 	}
-	rfd, dst, err := listen()
+	if c.gso > 1 && c.ipv6 && c.size*c.gso > 65527 {
+		return r, fmt.Errorf("a super-packet of %d × %d bytes is larger than a UDP datagram", c.gso, c.size)
+	}
+	fam := newFamily(c.ipv6)
+	rfd, dst, err := fam.listen()
 	if err != nil {
 		return r, err
 	}
@@ -104,13 +110,13 @@ func run(c config) (result, error) {
 		}
 	}()
 	for range c.socks {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		fd, err := unix.Socket(fam.domain, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return r, err
 		}
 		fds = append(fds, fd)
-		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 2}}); err != nil {
-			return r, fmt.Errorf("bind 127.0.0.2: %w", err)
+		if err := unix.Bind(fd, fam.send); err != nil {
+			return r, fmt.Errorf("bind %s: %w", fam.sendName, err)
 		}
 		if c.connect {
 			if err := unix.Connect(fd, dst); err != nil {
@@ -137,11 +143,7 @@ func run(c config) (result, error) {
 	// The messages: [first] run, per times, each a message header of its own.
 	firstBuf := make([]byte, c.size+16)
 	runBuf := make([]byte, c.size*c.gso)
-	var sa unix.RawSockaddrInet4
-	sa.Family = unix.AF_INET
-	sa.Addr = dst.Addr
-	port := (*[2]byte)(unsafe.Pointer(&sa.Port))
-	port[0], port[1] = byte(dst.Port>>8), byte(dst.Port)
+	name, namelen := fam.raw(dst)
 	cmsg := make([]byte, unix.CmsgSpace(2))
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&cmsg[0]))
 	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
@@ -164,8 +166,7 @@ func run(c config) (result, error) {
 		m.Iov = &iovs[i]
 		m.SetIovlen(1)
 		if !c.connect {
-			m.Name = (*byte)(unsafe.Pointer(&sa))
-			m.Namelen = unix.SizeofSockaddrInet4
+			m.Name, m.Namelen = name, namelen
 		}
 		if c.gso > 1 && lens[i] == len(runBuf) {
 			m.Control = &cmsg[0]
@@ -206,10 +207,42 @@ func run(c config) (result, error) {
 	return r, nil
 }
 
-// listen opens the reader's socket on 127.0.0.1, receiving super-packets
-// whole (UDP_GRO) into an 8 MiB buffer, and returns it with its address.
-func listen() (int, *unix.SockaddrInet4, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+// family is what differs between sending over IPv4 and over IPv6.
+type family struct {
+	domain           int
+	send, recv       unix.Sockaddr // the sending and the reading socket's address, port 0
+	sendName, recvIP string
+}
+
+func newFamily(ipv6 bool) family {
+	if ipv6 {
+		lo := unix.SockaddrInet6{Addr: [16]byte{15: 1}}
+		return family{unix.AF_INET6, &lo, &unix.SockaddrInet6{Addr: lo.Addr}, "[::1]", "[::1]"}
+	}
+	return family{unix.AF_INET, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 2}}, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}, "127.0.0.2", "127.0.0.1"}
+}
+
+// raw returns dst as a struct sockaddr for a message header.
+func (f family) raw(dst unix.Sockaddr) (*byte, uint32) {
+	switch a := dst.(type) {
+	case *unix.SockaddrInet6:
+		sa := &unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: a.Addr}
+		port := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		port[0], port[1] = byte(a.Port>>8), byte(a.Port)
+		return (*byte)(unsafe.Pointer(sa)), unix.SizeofSockaddrInet6
+	case *unix.SockaddrInet4:
+		sa := &unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.Addr}
+		port := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		port[0], port[1] = byte(a.Port>>8), byte(a.Port)
+		return (*byte)(unsafe.Pointer(sa)), unix.SizeofSockaddrInet4
+	}
+	panic("udpcost: not an IP address")
+}
+
+// listen opens the reader's socket, receiving super-packets whole
+// (UDP_GRO) into an 8 MiB buffer, and returns it with its address.
+func (f family) listen() (int, unix.Sockaddr, error) {
+	fd, err := unix.Socket(f.domain, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, nil, err
 	}
@@ -217,14 +250,14 @@ func listen() (int, *unix.SockaddrInet4, error) {
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+	if err := unix.Bind(fd, f.recv); err != nil {
 		unix.Close(fd)
-		return -1, nil, fmt.Errorf("bind 127.0.0.1: %w", err)
+		return -1, nil, fmt.Errorf("bind %s: %w", f.recvIP, err)
 	}
 	sa, err := unix.Getsockname(fd)
 	if err != nil {
 		unix.Close(fd)
 		return -1, nil, err
 	}
-	return fd, sa.(*unix.SockaddrInet4), nil
+	return fd, sa, nil
 }
