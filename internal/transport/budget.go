@@ -38,8 +38,9 @@ type budgetWait struct {
 // messages into short bursts that each ask for an ACK, and a QP among
 // hundreds would send one message per turn, every turn on per-QP state
 // that the other QPs' payloads have pushed out of the cache. 64 instead
-// of 16 (a message at a time): 256 QPs between two processes 1.38×,
-// 1024 1.23×, 64 1.26× the bytes (docs/perf/HISTORY.md, sixteenth round).
+// of 16 (a message at a time): 256 and 1024 QPs between two processes
+// moved 1.32× and 1.11× the bytes in one sitting, 1.29× and 1.21× in
+// another (docs/perf/HISTORY.md, sixteenth round).
 // The price is paid in a long queue: a QP waits for the grants of the
 // QPs ahead of it, now up to 64 PSNs each, in place of 16.
 const minGrant = MaxPktPerAck
