@@ -48,7 +48,7 @@ const minGrant = MaxPktPerAck
 // grantAhead is how far past the message it starts a requester asks its
 // budget for: the PSNs of the SENDs and WRITEs queued behind it, up to
 // this many with the message's own, so that the QP sends them in the
-// same turn and the last one's ACK covers them all.
+// same turn.
 const grantAhead = minGrant
 
 // NewBudget returns a budget of n PSNs (at least maxTake). wake must make
