@@ -34,7 +34,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	procs := fs.Int("procs", 0, "GOMAXPROCS for the goroce bandwidth tests (0: the process's own; the bandwidth tools run on 1)")
 	poll := fs.Bool("poll", false, "the goroce bandwidth tests' waits busy-poll on both sides, as the bandwidth tools' do (a core per device)")
 	sameHost := fs.Bool("samehost", false, "run goroce over the same-host path (shared memory, as GOROCE_SAMEHOST=1 does) instead of UDP")
-	rounds := fs.Int("rounds", 1, "run the comparison this many times and print the medians (and ranges) of its figures and of each round's ratios")
+	rounds := fs.Int("rounds", 1, "run the comparison this many times and print the medians (and ranges) of its figures and of each round's ratios; with -sweep, measure each point this many times and print the medians")
 	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
 	plot := fs.String("plot", "", "with -sweep or -replot: write an SVG plot of the sweep to this file")
 	replot := fs.String("replot", "", "plot the tables a sweep printed, saved in this file (with -plot), without measuring")
@@ -45,7 +45,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	vethMTU := fs.Int("veth-mtu", 9000, "with -veth: the veth pair's MTU (9000 gives RoCE MTU 4096)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-poll] [-rounds N] [-addrs A,B | -veth]")
-		fmt.Fprintln(stderr, "       goroce bench -sweep [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B | -veth]")
+		fmt.Fprintln(stderr, "       goroce bench -sweep [-rounds N] [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B | -veth]")
 		fmt.Fprintln(stderr, "       goroce bench -replot SWEEP.txt -plot FILE.svg")
 		fs.PrintDefaults()
 	}
@@ -104,12 +104,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		cfg.ServerNS, cfg.ClientNS = vp.NSA, vp.NSB
 		network = fmt.Sprintf("veth between two namespaces, MTU %d", *vethMTU)
 	}
-	if *rounds < 1 || *rounds > 1 && (*cpuProfile != "" || *traceFile != "" || *sweep) {
-		fmt.Fprintf(stderr, "goroce bench: -rounds %d: want 1 or more, and 1 with -cpuprofile, -trace or -sweep\n", *rounds)
+	if *rounds < 1 || *rounds > 1 && (*cpuProfile != "" || *traceFile != "") {
+		fmt.Fprintf(stderr, "goroce bench: -rounds %d: want 1 or more, and 1 with -cpuprofile or -trace\n", *rounds)
 		return 2
 	}
 	if *sweep {
-		return runSweep(v, cfg, network, *maxSize, *maxQPs, *sweepBytes, *plot, stdout, stderr)
+		return runSweep(v, cfg, network, *maxSize, *maxQPs, *rounds, *sweepBytes, *plot, stdout, stderr)
 	}
 	// The profile and the trace go to files created here.
 	for _, out := range []struct {
@@ -184,9 +184,9 @@ func replaceComma(s string) string {
 }
 
 // runSweep is goroce bench -sweep.
-func runSweep(v perftest.Verb, cfg bench.Config, network string, maxSize, maxQPs int, total int64, plot string, stdout, stderr io.Writer) int {
+func runSweep(v perftest.Verb, cfg bench.Config, network string, maxSize, maxQPs, rounds int, total int64, plot string, stdout, stderr io.Writer) int {
 	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Procs: cfg.Procs, Poll: cfg.Poll,
-		ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, Network: network}
+		ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, Network: network, Rounds: rounds}
 	for q := 1; q <= maxQPs; q *= 2 {
 		sc.QPs = append(sc.QPs, q)
 	}
@@ -209,6 +209,9 @@ func writePlot(res *bench.SweepResult, plot string, stdout, stderr io.Writer) in
 		title := "goroce against TCP, same run, " + res.Network
 		if res.SameHost {
 			title = "goroce (same-host path) against TCP, same run, " + res.Network
+		}
+		if res.Rounds > 1 {
+			title += fmt.Sprintf(", medians of %d rounds", res.Rounds)
 		}
 		err = bench.WritePlot(f, res, title)
 		if cerr := f.Close(); err == nil {

@@ -94,7 +94,7 @@ func TestBenchSameHost(t *testing.T) {
 
 func TestBenchFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"},
-		{"-rounds", "0"}, {"-rounds", "2", "-sweep"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"}} {
+		{"-rounds", "0"}, {"-rounds", "0", "-sweep"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"}} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("bench %q: exit %d, want 2 (%s)", args, code, errb.String())
@@ -129,13 +129,13 @@ func TestBenchRounds(t *testing.T) {
 func TestBenchSweep(t *testing.T) {
 	plot := t.TempDir() + "/sweep.svg"
 	var out, errb bytes.Buffer
-	code := run([]string{"bench", "-sweep", "-max-size", "4096", "-max-qps", "4", "-bytes", "1048576", "-lat-n", "50",
+	code := run([]string{"bench", "-sweep", "-rounds", "2", "-max-size", "4096", "-max-qps", "4", "-bytes", "1048576", "-lat-n", "50",
 		"-plot", plot, "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
 	o := out.String()
-	for _, want := range []string{"Bandwidth against message size", "Latency against message size", "Aggregate bandwidth against QP count",
+	for _, want := range []string{"Rounds: 2 per point", "Bandwidth against message size", "Latency against message size", "Aggregate bandwidth against QP count",
 		" 4096       ", " 4          "} {
 		if !strings.Contains(o, want) {
 			t.Errorf("output lacks %q:\n%s", want, o)
@@ -145,8 +145,8 @@ func TestBenchSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 6 {
-		t.Errorf("plot: want an SVG with 6 series:\n%.300s", svg)
+	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 6 || !bytes.Contains(svg, []byte("medians of 2 rounds")) {
+		t.Errorf("plot: want an SVG with 6 series, its title naming the 2 rounds:\n%.300s", svg)
 	}
 }
 

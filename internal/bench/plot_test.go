@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -46,8 +47,12 @@ func TestParseSweep(t *testing.T) {
 			}
 		}
 	}
-	if r.SameHost || r.Network != "loopback" {
-		t.Errorf("a sweep without headers parsed as same-host %v, network %q (want false, loopback)", r.SameHost, r.Network)
+	if r.SameHost || r.Network != "loopback" || r.Rounds != 1 {
+		t.Errorf("a sweep without headers parsed as same-host %v, network %q, %d rounds (want false, loopback, 1)", r.SameHost, r.Network, r.Rounds)
+	}
+	r, err = ParseSweep(strings.NewReader(" " + networkHeader + "loopback\n " + roundsHeader + "3 per point, goroce then TCP each time; medians\n" + sweepTables))
+	if err != nil || r.Rounds != 3 || len(r.BWByQPs) != 2 {
+		t.Errorf("sweep of 3 rounds: %+v, %v", r, err)
 	}
 	const veth = "veth between two namespaces, MTU 9000"
 	r, err = ParseSweep(strings.NewReader(" " + networkHeader + veth + "\n" + sweepTables))
@@ -58,7 +63,8 @@ func TestParseSweep(t *testing.T) {
 	if err != nil || !r.SameHost || len(r.BWByQPs) != 2 {
 		t.Errorf("same-host sweep: %+v, %v", r, err)
 	}
-	for _, bad := range []string{"", "no tables here\n", " 2 20000 1.59 0.45 3.57x\n",
+	for _, bad := range []string{"", "no tables here\n", " 2 20000 1.59 0.45 3.57x\n", " " + roundsHeader + "\n" + sweepTables,
+		" " + roundsHeader + "0 per point\n" + sweepTables,
 		" Latency against message size\n 2 1000 x 5.52 2.18x\n"} {
 		if _, err := ParseSweep(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseSweep(%q): no error", bad)
@@ -115,4 +121,27 @@ func FuzzParseSweep(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSweepPoint: a point measured in rounds is the median of goroce's
+// figures, of TCP's and of the rounds' ratios, which need not be the
+// ratio of the medians; an error ends it.
+func TestSweepPoint(t *testing.T) {
+	cfg := SweepConfig{Rounds: 3}
+	figures := [][2]float64{{300, 100}, {100, 100}, {200, 50}} // ratios 3, 1, 4
+	i := 0
+	g, tcp, r, err := cfg.point(func() (float64, float64, error) {
+		f := figures[i]
+		i++
+		return f[0], f[1], nil
+	})
+	if err != nil || i != 3 || g != 200 || tcp != 100 || r != 3 {
+		t.Errorf("point: %v %v %v %v after %d rounds; want 200 100 3 <nil> after 3", g, tcp, r, err, i)
+	}
+	i = 0
+	boom := errors.New("boom")
+	_, _, _, err = cfg.point(func() (float64, float64, error) { i++; return 0, 0, boom })
+	if !errors.Is(err, boom) || i != 1 {
+		t.Errorf("point with a failing round: %v after %d rounds; want boom after 1", err, i)
+	}
 }

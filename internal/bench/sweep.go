@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,6 +34,9 @@ type SweepConfig struct {
 	// plot: "loopback" by default.
 	ServerNS, ClientNS *netns.NS
 	Network            string
+	// Rounds is how many times each point is measured, goroce then TCP
+	// each time; the tables show the medians (1 by default).
+	Rounds int
 }
 
 // Point is one measurement of a sweep, goroce and TCP side by side.
@@ -46,6 +50,7 @@ type SweepResult struct {
 	BWBySize, LatBySize, BWByQPs []Point
 	SameHost                     bool   // goroce ran over the same-host path
 	Network                      string // what joined the two ends: "loopback", or as SweepConfig.Network said
+	Rounds                       int    // measurements per point, whose medians the series hold
 }
 
 // sameHostHeader heads the tables of a sweep over the same-host path.
@@ -54,6 +59,10 @@ const sameHostHeader = "Path: goroce over the same-host path (shared memory, GOR
 // networkHeader heads the tables of every sweep, naming what joined the
 // ends.
 const networkHeader = "Network: "
+
+// roundsHeader heads the tables of a sweep whose points are medians of
+// several rounds.
+const roundsHeader = "Rounds: "
 
 func (c *SweepConfig) defaults() {
 	if c.MinSize == 0 {
@@ -85,6 +94,9 @@ func (c *SweepConfig) defaults() {
 	if c.Network == "" {
 		c.Network = "loopback"
 	}
+	if c.Rounds == 0 {
+		c.Rounds = 1
+	}
 }
 
 // iters is the iteration count that moves about total bytes in messages
@@ -106,8 +118,11 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	defer e.close()
 	tcfg := Config{Server: cfg.Server, Client: cfg.Client, ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, QPs: 1, LatIters: cfg.LatIters}
 	bw := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
-	res := &SweepResult{SameHost: cfg.SameHost, Network: cfg.Network}
+	res := &SweepResult{SameHost: cfg.SameHost, Network: cfg.Network, Rounds: cfg.Rounds}
 	fmt.Fprintf(out, " %s%s\n", networkHeader, cfg.Network)
+	if cfg.Rounds > 1 {
+		fmt.Fprintf(out, " %s%d per point, goroce then TCP each time; medians, the ratio the median of the rounds' ratios\n", roundsHeader, cfg.Rounds)
+	}
 	if cfg.SameHost {
 		fmt.Fprintf(out, " %s\n\n", sameHostHeader)
 	}
@@ -116,18 +131,20 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxSize; size *= 2 {
 		n := iters(cfg.Bytes, size, 1)
-		g, err := bwPoint(bw, size, n, 1, cfg.Procs, cfg.Poll, e)
-		if err != nil {
-			return nil, err
-		}
-		tc := tcfg
-		tc.QPs = 1
-		t, _, err := tcpBandwidth(tc, size, int64(size)*int64(n))
+		g, t, r, err := cfg.point(func() (g, t float64, err error) {
+			if g, err = bwPoint(bw, size, n, 1, cfg.Procs, cfg.Poll, e); err != nil {
+				return 0, 0, err
+			}
+			tc := tcfg
+			tc.QPs = 1
+			t, _, err = tcpBandwidth(tc, size, int64(size)*int64(n))
+			return g, t, err
+		})
 		if err != nil {
 			return nil, err
 		}
 		res.BWBySize = append(res.BWBySize, Point{size, g, t})
-		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, n, g, t, g/t)
+		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, n, g, t, r)
 	}
 
 	lat := perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}
@@ -135,40 +152,62 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[usec]", "TCP[usec]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxLatSize; size *= 2 {
 		args := []string{"-n", strconv.Itoa(cfg.LatIters), "-s", strconv.Itoa(size)}
-		o, err := pair(lat, args, false, e, io.Discard)
-		if err != nil {
-			return nil, err
-		}
-		g, err := lastColumn(o, 4)
-		if err != nil {
-			return nil, err
-		}
-		t, err := tcpLatencySize(tcfg, size)
+		g, t, r, err := cfg.point(func() (g, t float64, err error) {
+			o, err := pair(lat, args, false, e, io.Discard)
+			if err != nil {
+				return 0, 0, err
+			}
+			if g, err = lastColumn(o, 4); err != nil {
+				return 0, 0, err
+			}
+			t, err = tcpLatencySize(tcfg, size)
+			return g, t, err
+		})
 		if err != nil {
 			return nil, err
 		}
 		res.LatBySize = append(res.LatBySize, Point{size, g, t})
-		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, cfg.LatIters, g, t, g/t)
+		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, cfg.LatIters, g, t, r)
 	}
 
 	fmt.Fprintf(out, "\n Aggregate bandwidth against QP count (%d-byte messages), goroce vs as many TCP streams, same run\n", cfg.QPSize)
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for _, q := range cfg.QPs {
 		n := iters(cfg.Bytes, cfg.QPSize, q)
-		g, err := bwPoint(bw, cfg.QPSize, n, q, cfg.Procs, cfg.Poll, e)
-		if err != nil {
-			return nil, err
-		}
-		tc := tcfg
-		tc.QPs = q
-		t, _, err := tcpBandwidth(tc, cfg.QPSize, int64(cfg.QPSize)*int64(n))
+		g, t, r, err := cfg.point(func() (g, t float64, err error) {
+			if g, err = bwPoint(bw, cfg.QPSize, n, q, cfg.Procs, cfg.Poll, e); err != nil {
+				return 0, 0, err
+			}
+			tc := tcfg
+			tc.QPs = q
+			t, _, err = tcpBandwidth(tc, cfg.QPSize, int64(cfg.QPSize)*int64(n))
+			return g, t, err
+		})
 		if err != nil {
 			return nil, err
 		}
 		res.BWByQPs = append(res.BWByQPs, Point{q, g, t})
-		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", q, n, g, t, g/t)
+		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", q, n, g, t, r)
 	}
 	return res, nil
+}
+
+// point measures one point of the sweep cfg.Rounds times with measure
+// (goroce's figure, then TCP's) and returns the medians of both and of
+// the rounds' ratios.
+func (cfg *SweepConfig) point(measure func() (g, t float64, err error)) (g, t, ratio float64, err error) {
+	gs, ts, rs := make([]float64, 0, cfg.Rounds), make([]float64, 0, cfg.Rounds), make([]float64, 0, cfg.Rounds)
+	for range cfg.Rounds {
+		g, t, err := measure()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		gs, ts, rs = append(gs, g), append(ts, t), append(rs, g/t)
+	}
+	for _, v := range [][]float64{gs, ts, rs} {
+		slices.Sort(v)
+	}
+	return median(gs), median(ts), median(rs), nil
 }
 
 // bwPoint runs one perftest bandwidth test and returns its average.
@@ -190,7 +229,7 @@ func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
 // a header line, a column line and rows of size or QP count, iterations,
 // goroce, TCP and ratio), so that a saved sweep can be plotted again.
 func ParseSweep(r io.Reader) (*SweepResult, error) {
-	res := &SweepResult{Network: "loopback"}
+	res := &SweepResult{Network: "loopback", Rounds: 1}
 	var cur *[]Point
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
@@ -210,6 +249,14 @@ func ParseSweep(r io.Reader) (*SweepResult, error) {
 			continue
 		case strings.HasPrefix(text, networkHeader):
 			res.Network = strings.TrimPrefix(text, networkHeader)
+			continue
+		case strings.HasPrefix(text, roundsHeader):
+			count, _, _ := strings.Cut(strings.TrimPrefix(text, roundsHeader), " ")
+			n, err := strconv.Atoi(count)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("sweep table line %d: %q: want a round count of 1 or more", line, text)
+			}
+			res.Rounds = n
 			continue
 		case text == "" || strings.HasPrefix(text, "#") || strings.HasPrefix(text, "plot: "):
 			continue
