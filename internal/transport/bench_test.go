@@ -126,3 +126,121 @@ func benchWrite(b *testing.B, size int) {
 	b.ResetTimer()
 	run(b.N)
 }
+
+// BenchmarkWriteQPs measures the transport's own work per 64 KiB RDMA
+// WRITE when QPs share a send budget of 1024 PSNs, as a device's do
+// (verbs' sendBudget), every WR signaled, as perftest signals them above
+// 8 KiB, each QP with up to 128 outstanding. With hundreds of QPs, each
+// QP's state, queue slots and buffers have left the cache by its next
+// turn; the budget's grants decide how many messages a turn sends (256
+// QPs: 25 µs a message with grants of one message, 13 with four;
+// docs/perf/HISTORY.md, sixteenth round).
+func BenchmarkWriteQPs(b *testing.B) {
+	for _, q := range []int{1, 16, 256} {
+		b.Run(fmt.Sprint(q), func(b *testing.B) { benchWriteQPs(b, q, 65536) })
+	}
+}
+
+func benchWriteQPs(b *testing.B, nqp, size int) {
+	const depth = 128
+	type qpPair struct {
+		a, b          *QP
+		cq            *countCQ
+		wr            SendWR
+		posted, acked int
+	}
+	// dirty holds the A-side QPs to run: woken by the budget, posted to
+	// or acknowledged; running takes them into spare, and the two swap.
+	dirty, spare := make([]*QP, 0, 2*nqp), make([]*QP, 0, 2*nqp)
+	budget := NewBudget(1024, func(qp *QP) { dirty = append(dirty, qp) })
+	ea, eb := &benchEnv{gather: true}, &benchEnv{gather: true}
+	for _, e := range []*benchEnv{ea, eb} { // a round emits at most the budget's packets
+		for range 1024 {
+			e.free = append(e.free, make([]byte, 0, link.MaxPacket))
+		}
+	}
+	pairs := make([]*qpPair, nqp)
+	byQPN := map[uint32]*QP{}
+	for i := range pairs {
+		qa, qb := uint32(0x100+2*i), uint32(0x101+2*i)
+		sa, sb := newSide(b, qa, size), newSide(b, qb, size)
+		cq := &countCQ{}
+		a := NewQP(Config{QPN: qa, PD: testPD, Mem: sa.mem, SendCQ: cq, RecvCQ: cq,
+			SQ: NewSendQueue(depth), RQ: NewRecvQueue(16), MaxSGE: 1, Window: 512, Budget: budget}, ea)
+		bq := NewQP(Config{QPN: qb, PD: testPD, Mem: sb.mem, SendCQ: &countCQ{}, RecvCQ: &countCQ{},
+			SQ: NewSendQueue(depth), RQ: NewRecvQueue(16), MaxSGE: 1}, eb)
+		connect(a, bq, 4096, func(pa, pb *Path) { pa.DestQPN, pb.DestQPN = qb, qa })
+		p := &qpPair{a: a, b: bq, cq: cq, wr: SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL: []memory.SGE{sa.sge(0, size)}, RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey()}}
+		pairs[i], byQPN[qa], byQPN[qb] = p, a, bq
+	}
+	now := time.Unix(1000, 0)
+	var pkt wire.Packet
+	// deliver hands what e emitted to the QPs it is addressed to and
+	// returns them, each once.
+	got := make([]*QP, 0, 2*nqp)
+	deliver := func(e *benchEnv) []*QP {
+		got = got[:0]
+		for i := range e.out {
+			if err := pkt.Parse(e.out[i].Buf); err != nil {
+				b.Fatal(err)
+			}
+			qp := byQPN[pkt.BTH.DestQP()]
+			qp.Receive(&pkt, now)
+			if len(got) == 0 || got[len(got)-1] != qp {
+				got = append(got, qp)
+			}
+			e.free = append(e.free, e.out[i].Buf)
+			e.out[i] = link.Packet{}
+		}
+		e.out = e.out[:0]
+		return got
+	}
+	posted, acked := 0, 0
+	run := func(msgs int) {
+		posted, acked = 0, 0
+		for _, p := range pairs {
+			p.posted, p.acked = 0, p.cq.n
+		}
+		for acked < msgs {
+			for _, p := range pairs { // post as perftest does: keep depth outstanding
+				for p.posted-(p.cq.n-p.acked) < depth && posted < msgs {
+					if _, err := p.a.PostSend([]SendWR{p.wr}, qpstate.RTS); err != nil {
+						b.Fatal(err)
+					}
+					p.posted++
+					posted++
+					if len(dirty) == 0 || dirty[len(dirty)-1] != p.a {
+						dirty = append(dirty, p.a)
+					}
+				}
+			}
+			for len(dirty) > 0 {
+				run := dirty
+				dirty, spare = spare[:0], run
+				for _, qp := range run {
+					qp.Progress(now)
+				}
+				for _, qp := range deliver(ea) {
+					qp.Progress(now)
+				}
+				dirty = append(dirty, deliver(eb)...)
+			}
+			acked = 0
+			for _, p := range pairs {
+				if p.cq.errs > 0 {
+					b.Fatal("error completion")
+				}
+				acked += p.cq.n - p.acked
+			}
+		}
+		for _, p := range pairs { // what run posted is acknowledged: the next run starts even
+			p.acked = p.cq.n
+		}
+	}
+	run(depth * nqp) // every send queue slot once: the first use of a slot sizes its SGL
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	run(b.N)
+}
