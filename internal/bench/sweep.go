@@ -127,19 +127,25 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 		fmt.Fprintf(out, " %s\n\n", sameHostHeader)
 	}
 
+	// bwBoth measures goroce's bandwidth with n size-byte messages on qps
+	// QPs, then TCP's over as many connections.
+	bwBoth := func(size, n, qps int) func() (g, t float64, err error) {
+		return func() (g, t float64, err error) {
+			if g, err = bwPoint(bw, size, n, qps, cfg.Procs, cfg.Poll, e); err != nil {
+				return 0, 0, err
+			}
+			tc := tcfg
+			tc.QPs = qps
+			t, _, err = tcpBandwidth(tc, size, int64(size)*int64(n))
+			return g, t, err
+		}
+	}
+
 	fmt.Fprintf(out, " Bandwidth against message size (1 QP), goroce %s vs one TCP stream, same run\n", bw.Name())
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxSize; size *= 2 {
 		n := iters(cfg.Bytes, size, 1)
-		g, t, r, err := cfg.point(func() (g, t float64, err error) {
-			if g, err = bwPoint(bw, size, n, 1, cfg.Procs, cfg.Poll, e); err != nil {
-				return 0, 0, err
-			}
-			tc := tcfg
-			tc.QPs = 1
-			t, _, err = tcpBandwidth(tc, size, int64(size)*int64(n))
-			return g, t, err
-		})
+		g, t, r, err := cfg.point(bwBoth(size, n, 1))
 		if err != nil {
 			return nil, err
 		}
@@ -174,15 +180,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for _, q := range cfg.QPs {
 		n := iters(cfg.Bytes, cfg.QPSize, q)
-		g, t, r, err := cfg.point(func() (g, t float64, err error) {
-			if g, err = bwPoint(bw, cfg.QPSize, n, q, cfg.Procs, cfg.Poll, e); err != nil {
-				return 0, 0, err
-			}
-			tc := tcfg
-			tc.QPs = q
-			t, _, err = tcpBandwidth(tc, cfg.QPSize, int64(cfg.QPSize)*int64(n))
-			return g, t, err
-		})
+		g, t, r, err := cfg.point(bwBoth(cfg.QPSize, n, q))
 		if err != nil {
 			return nil, err
 		}
