@@ -196,10 +196,9 @@ func benchWriteQPs(b *testing.B, nqp, size int) {
 		e.out = e.out[:0]
 		return got
 	}
-	posted, acked := 0, 0
 	run := func(msgs int) {
-		posted, acked = 0, 0
-		for _, p := range pairs {
+		posted, acked := 0, 0
+		for _, p := range pairs { // counts from here
 			p.posted, p.acked = 0, p.cq.n
 		}
 		for acked < msgs {
@@ -216,9 +215,9 @@ func benchWriteQPs(b *testing.B, nqp, size int) {
 				}
 			}
 			for len(dirty) > 0 {
-				run := dirty
-				dirty, spare = spare[:0], run
-				for _, qp := range run {
+				batch := dirty
+				dirty, spare = spare[:0], batch
+				for _, qp := range batch {
 					qp.Progress(now)
 				}
 				for _, qp := range deliver(ea) {
@@ -233,9 +232,6 @@ func benchWriteQPs(b *testing.B, nqp, size int) {
 				}
 				acked += p.cq.n - p.acked
 			}
-		}
-		for _, p := range pairs { // what run posted is acknowledged: the next run starts even
-			p.acked = p.cq.n
 		}
 	}
 	run(depth * nqp) // every send queue slot once: the first use of a slot sizes its SGL
