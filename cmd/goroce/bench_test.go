@@ -15,6 +15,15 @@ import (
 	"github.com/goroce/goroce/internal/netns"
 )
 
+// TestMain lets this test binary run as goroce's endCommand: `goroce
+// bench -targets` starts its ends as os.Executable, here the test binary.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == endCommand {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
 // TestBench runs `goroce bench` small: both perftest tables and the TCP
 // comparison must come out, with numbers. The bandwidth test runs on one
 // P (-procs 1), which the process has back afterwards.
@@ -94,7 +103,8 @@ func TestBenchSameHost(t *testing.T) {
 
 func TestBenchFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"},
-		{"-rounds", "0"}, {"-rounds", "0", "-sweep"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"}} {
+		{"-rounds", "0"}, {"-rounds", "0", "-sweep"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"},
+		{"-targets", "-veth"}, {"-targets", "-sweep"}, {"-targets", "-q", "4"}, {"-targets", "-qps", "16,0"}, {"-targets", "-qps", ""}, {"-targets", "-rate-n", "0"}, {"-targets", "-rounds", "0"}} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("bench %q: exit %d, want 2 (%s)", args, code, errb.String())
@@ -122,6 +132,45 @@ func TestBenchRounds(t *testing.T) {
 		if !strings.Contains(o[i:], row) {
 			t.Errorf("summary lacks %q:\n%s", row, o[i:])
 		}
+	}
+}
+
+// TestBenchTargets runs `goroce bench -targets` small: each end in its own
+// process (this test binary run as endCommand), goroce's tools and TCP's
+// ends, two rounds, and a summary row with a verdict for every target.
+func TestBenchTargets(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "-targets", "-rounds", "2", "-s", "16384", "-n", "400", "-lat-n", "200", "-rate-n", "4000", "-qps", "2,4",
+		"-addrs", "127.0.5.16,127.0.5.17"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	o := out.String()
+	if !strings.Contains(o, "goroce over UDP (127.0.5.16, 127.0.5.17) against TCP between two Go processes, 2 rounds") ||
+		!strings.Contains(o, " round 2 of 2: 16384 B ") {
+		t.Errorf("no header or no second round:\n%s", o)
+	}
+	i := strings.Index(o, "2 rounds: medians (min–max)")
+	if i < 0 {
+		t.Fatalf("no summary:\n%s", o)
+	}
+	rows := 0
+	for _, line := range strings.Split(o[i:], "\n") {
+		for _, name := range []string{"ib_write_bw 16384 B, 1 QP", "CPU seconds per GB", "ib_write_lat 2 B", "ib_write_bw 64 B", "ib_write_bw 16384 B, 2 QPs", "ib_write_bw 16384 B, 4 QPs"} {
+			if !strings.HasPrefix(line, " "+name) {
+				continue
+			}
+			rows++
+			if !strings.HasSuffix(line, " met") && !strings.HasSuffix(line, "x short") {
+				t.Errorf("row %q has no verdict", line)
+			}
+			if strings.Contains(line, "NaN") || strings.Contains(line, "Inf") || strings.Contains(line, " 0.00 (") {
+				t.Errorf("row %q lacks a figure", line)
+			}
+		}
+	}
+	if rows != 6 {
+		t.Errorf("%d target rows, want 6:\n%s", rows, o[i:])
 	}
 }
 

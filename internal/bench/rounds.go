@@ -64,7 +64,7 @@ func PrintSummary(out io.Writer, rounds []*Result) {
 
 // spread formats the median of f over rounds and, for more than one
 // round, its range: "1.32x (1.20x–1.49x)".
-func spread(rounds []*Result, f func(*Result) float64, format string) string {
+func spread[R any](rounds []R, f func(R) float64, format string) string {
 	v := make([]float64, len(rounds))
 	for i, r := range rounds {
 		v[i] = f(r)

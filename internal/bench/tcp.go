@@ -71,23 +71,13 @@ func tcpBandwidth(cfg Config, size int, n int64) (mibps float64, bytes int64, er
 	start := time.Now()
 	for i, cn := range conns {
 		wg.Add(2)
-		go func() { // sender
+		go func() {
 			defer wg.Done()
-			buf := make([]byte, size)
-			var sent int64
-			for sent < n && (deadline.IsZero() || time.Now().Before(deadline)) {
-				k, err := cn.c.Write(buf)
-				sent += int64(k)
-				if err != nil {
-					errs[i] = err
-					break
-				}
-			}
-			cn.c.(*net.TCPConn).CloseWrite()
+			errs[i] = send(cn.c, size, n, deadline)
 		}()
-		go func() { // receiver
+		go func() {
 			defer wg.Done()
-			moved[i], _ = io.CopyBuffer(io.Discard, cn.s, make([]byte, 256<<10))
+			moved[i] = sink(cn.s)
 		}()
 	}
 	wg.Wait()
@@ -100,6 +90,27 @@ func tcpBandwidth(cfg Config, size int, n int64) (mibps float64, bytes int64, er
 		total += moved[i]
 	}
 	return float64(total) / elapsed / (1 << 20), total, nil
+}
+
+// send writes n bytes to c in size-byte writes (or as many as it can
+// until deadline, if not zero), then closes c's sending side.
+func send(c net.Conn, size int, n int64, deadline time.Time) error {
+	defer c.(*net.TCPConn).CloseWrite()
+	buf := make([]byte, size)
+	for sent := int64(0); sent < n && (deadline.IsZero() || time.Now().Before(deadline)); {
+		k, err := c.Write(buf)
+		sent += int64(k)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sink reads c to its end and returns the bytes read.
+func sink(c net.Conn) int64 {
+	n, _ := io.CopyBuffer(io.Discard, c, make([]byte, 256<<10))
+	return n
 }
 
 // tcpLatency ping-pongs 2-byte messages over one connection, as
@@ -120,18 +131,29 @@ func tcpLatencySize(cfg Config, size int) (float64, error) {
 	}
 	defer c.Close()
 	defer s.Close()
-	go func() { // echo
-		b := make([]byte, size)
-		for {
-			if _, err := io.ReadFull(s, b); err != nil {
-				return
-			}
-			if _, err := s.Write(b); err != nil {
-				return
-			}
+	go echo(s, size)
+	return pingPong(c, size, cfg.LatIters)
+}
+
+// echo sends back each size-byte message it reads from c until c fails
+// or ends.
+func echo(c net.Conn, size int) {
+	b := make([]byte, size)
+	for {
+		if _, err := io.ReadFull(c, b); err != nil {
+			return
 		}
-	}()
-	p, err := perftest.Parse(perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}, []string{"-n", fmt.Sprint(max(cfg.LatIters, 5))})
+		if _, err := c.Write(b); err != nil {
+			return
+		}
+	}
+}
+
+// pingPong sends iters size-byte messages over c (at least 5), each after
+// the echo of the one before, and returns perftest's t_typical of the
+// one-way latency (µs), as ib_write_lat measures it.
+func pingPong(c net.Conn, size, iters int) (float64, error) {
+	p, err := perftest.Parse(perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}, []string{"-n", fmt.Sprint(max(iters, 5))})
 	if err != nil {
 		return 0, err
 	}

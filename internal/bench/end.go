@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/internal/perftest"
+)
+
+// End runs one end of a measurement between two processes (Targets), in
+// the process a TargetsConfig.Command started, and returns its exit
+// status. args are one of:
+//
+//	perftest TOOL ARGS...                 a perftest tool, as its own command runs (perftest.Main)
+//	tcp-sink ADDR                         listen on ADDR, print "port N", read one connection to its end
+//	tcp-source LOCAL SERVER:PORT SIZE N   send N bytes in SIZE-byte writes, wait for the sink to close, print "MiB/s X"
+//	tcp-echo ADDR SIZE                    listen on ADDR, print "port N", echo SIZE-byte messages of one connection
+//	tcp-ping LOCAL SERVER:PORT SIZE N     ping-pong N SIZE-byte messages, print "t_typical X" (µs, one way)
+//
+// The TCP ends are the comparison's: one Go TCP stream, or one ping-pong,
+// between two processes, as goroce's two tools run.
+func End(args []string, stdout, stderr io.Writer) int {
+	if len(args) >= 2 && args[0] == "perftest" {
+		t, ok := perftest.Tools[args[1]]
+		if !ok {
+			fmt.Fprintf(stderr, "bench end: no perftest tool %q\n", args[1])
+			return 2
+		}
+		return perftest.Main(t, args[2:], stdout, stderr)
+	}
+	if err := tcpEnd(args, stdout); err != nil {
+		fmt.Fprintf(stderr, "bench end %s: %v\n", strings.Join(args, " "), err)
+		return 1
+	}
+	return 0
+}
+
+// errEndArgs reports arguments End does not know.
+var errEndArgs = errors.New("want perftest TOOL ARGS, tcp-sink ADDR, tcp-source LOCAL SERVER:PORT SIZE N, tcp-echo ADDR SIZE or tcp-ping LOCAL SERVER:PORT SIZE N")
+
+// tcpEnd runs one of End's TCP ends.
+func tcpEnd(args []string, stdout io.Writer) error {
+	if len(args) < 2 {
+		return errEndArgs
+	}
+	switch {
+	case args[0] == "tcp-sink" && len(args) == 2:
+		return serveOne(args[1], stdout, func(c net.Conn) error {
+			sink(c)
+			return nil
+		})
+	case args[0] == "tcp-echo" && len(args) == 3:
+		size, err := strconv.Atoi(args[2])
+		if err != nil || size < 1 {
+			return fmt.Errorf("size %q: want a positive number", args[2])
+		}
+		return serveOne(args[1], stdout, func(c net.Conn) error {
+			echo(c, size)
+			return nil
+		})
+	case (args[0] == "tcp-source" || args[0] == "tcp-ping") && len(args) == 5:
+		size, err1 := strconv.Atoi(args[3])
+		n, err2 := strconv.ParseInt(args[4], 10, 64)
+		if err := errors.Join(err1, err2); err != nil || size < 1 || n < 1 {
+			return fmt.Errorf("size %q and count %q: want positive numbers", args[3], args[4])
+		}
+		local, err := netip.ParseAddr(args[1])
+		if err != nil {
+			return err
+		}
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", args[2])
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if args[0] == "tcp-ping" {
+			typical, err := pingPong(c, size, int(n))
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(stdout, "t_typical %.3f\n", typical)
+			return err
+		}
+		start := time.Now()
+		if err := send(c, size, n, time.Time{}); err != nil {
+			return err
+		}
+		// The sink closes once it has read everything: the stream's time
+		// runs from the first write to the last byte read, as a perftest
+		// client's from its first post to its last completion.
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			return fmt.Errorf("waiting for the sink to close: %v", err)
+		}
+		_, err = fmt.Fprintf(stdout, "MiB/s %.3f\n", float64(n)/time.Since(start).Seconds()/(1<<20))
+		return err
+	}
+	return errEndArgs
+}
+
+// serveOne listens on addr, port 0, prints "port N", and hands the first
+// connection to f.
+func serveOne(addr string, stdout io.Writer, f func(net.Conn) error) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if _, err := fmt.Fprintf(stdout, "port %d\n", ln.Addr().(*net.TCPAddr).Port); err != nil {
+		return err
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(c)
+}

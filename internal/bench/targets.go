@@ -1,0 +1,444 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/internal/syncbuf"
+)
+
+// Targets measures issue 8's targets between two processes, as a user
+// runs the tools: goroce's ends are perftest tools, each in its own
+// process (ib_write_bw and ib_write_lat, on one P and polling as the
+// commands run), and TCP's are two Go processes moving the same bytes
+// over one stream, or ping-ponging the same messages. Each round runs
+// every measurement once, goroce and TCP alternating which goes first;
+// the summary gives each figure's median and range, each ratio taken
+// within its round, and the distance of each median to its target.
+//
+// TargetsConfig.Command starts the processes; their CPU time (user and
+// system, both ends) gives the CPU per GB.
+func Targets(cfg TargetsConfig, out io.Writer) ([]*TargetRound, error) {
+	cfg.defaults()
+	if cfg.Command == nil {
+		return nil, errors.New("targets: no Command to start the ends with")
+	}
+	r := &targetRun{cfg: cfg, tcpEnv: endEnv(false)}
+	r.goroceEnv = endEnv(cfg.SameHost)
+	path := "UDP"
+	if cfg.SameHost {
+		path = "the same-host path (GOROCE_SAMEHOST=1)"
+	}
+	fmt.Fprintf(out, "goroce bench -targets: issue 8's targets between two processes, goroce over %s (%v, %v) against TCP between two Go processes, %s\n",
+		path, cfg.Server, cfg.Client, plural(cfg.Rounds, "round"))
+	var rounds []*TargetRound
+	for i := range cfg.Rounds {
+		t, err := r.round(i)
+		if err != nil {
+			return rounds, fmt.Errorf("round %d: %w", i+1, err)
+		}
+		rounds = append(rounds, t)
+		fmt.Fprintf(out, " round %d of %d: %s\n", i+1, cfg.Rounds, t.line(cfg))
+	}
+	PrintTargets(out, cfg, rounds)
+	return rounds, nil
+}
+
+// TargetsConfig says how Targets measures.
+type TargetsConfig struct {
+	// Command returns the command that runs one end with End's
+	// arguments: cmd/goroce runs itself as `goroce bench-end ARGS...`.
+	// Targets sets its environment, output and error.
+	Command func(args ...string) *exec.Cmd
+
+	Rounds         int        // 0 means 1
+	Server, Client netip.Addr // zero: 127.0.0.1 and 127.0.0.2
+	// SameHost runs goroce's ends over the same-host path
+	// (GOROCE_SAMEHOST=1); otherwise the variable is taken out of their
+	// environment.
+	SameHost bool
+	// Size is the bandwidth tests' message size (0: 65536); Iters how
+	// many messages each bandwidth test moves, split over the QPs (0:
+	// 40960, 2.5 GiB of 64 KiB messages).
+	Size, Iters int
+	RateIters   int   // 64-byte messages of the message rate test; 0: 1,000,000
+	LatIters    int   // ping-pongs of the latency tests; 0: 20000
+	QPs         []int // QP counts measured against one QP; nil: 16, 256, 1024
+	// Timeout bounds each process pair; 0 means 3 minutes.
+	Timeout time.Duration
+}
+
+func (c *TargetsConfig) defaults() {
+	if c.Rounds < 1 {
+		c.Rounds = 1
+	}
+	if !c.Server.IsValid() {
+		c.Server, c.Client = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
+	}
+	if c.Size == 0 {
+		c.Size = 65536
+	}
+	if c.Iters == 0 {
+		c.Iters = 40960
+	}
+	if c.RateIters == 0 {
+		c.RateIters = 1_000_000
+	}
+	if c.LatIters == 0 {
+		c.LatIters = 20000
+	}
+	if c.QPs == nil {
+		c.QPs = []int{16, 256, 1024}
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 3 * time.Minute
+	}
+}
+
+// TargetRound holds one round's figures.
+type TargetRound struct {
+	BW, TCPBW             float64   // MiB/s, one QP against one TCP stream
+	CPUPerGB, TCPCPUPerGB float64   // CPU seconds of both processes per GB moved
+	Lat, TCPLat           float64   // t_typical of 2-byte messages, µs one way
+	Rate                  float64   // 64-byte messages, millions per second
+	QPBW                  []float64 // MiB/s at each of TargetsConfig.QPs
+}
+
+// line is the round's figures on one line.
+func (t *TargetRound) line(cfg TargetsConfig) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d B %.0f MiB/s, TCP %.0f (%.2fx); CPU s/GB %.2f, TCP %.2f; 2 B %.2f us, TCP %.2f; 64 B %.2f M/s",
+		cfg.Size, t.BW, t.TCPBW, t.BW/t.TCPBW, t.CPUPerGB, t.TCPCPUPerGB, t.Lat, t.TCPLat, t.Rate)
+	for i, q := range cfg.QPs {
+		fmt.Fprintf(&b, "; %d QPs %.2fx", q, t.QPBW[i]/t.BW)
+	}
+	return b.String()
+}
+
+// A target is one of issue 8's goals: a figure's median at least or at
+// most bound.
+type target struct {
+	goal    string // as the table shows it
+	atLeast bool
+	bound   float64
+}
+
+// Issue 8's targets.
+var (
+	targetBW    = target{"≥ 1.2x TCP", true, 1.2}
+	targetCPU   = target{"≤ 1x TCP", false, 1}
+	targetLat   = target{"≤ 0.5x TCP", false, 0.5}
+	targetRate  = target{"≥ 1.5 M/s", true, 1.5}
+	targetQPs   = target{"≥ 0.9x 1 QP", true, 0.9}
+	errNoFigure = errors.New("no figure")
+)
+
+// verdict says whether v meets the target, or by what factor it falls
+// short.
+func (t target) verdict(v float64) string {
+	switch {
+	case v <= 0 || math.IsNaN(v) || math.IsInf(v, 0):
+		return "not measured"
+	case t.atLeast && v >= t.bound, !t.atLeast && v <= t.bound:
+		return "met"
+	case t.atLeast:
+		return fmt.Sprintf("%.2fx short", t.bound/v)
+	default:
+		return fmt.Sprintf("%.2fx short", v/t.bound)
+	}
+}
+
+// PrintTargets prints the summary of rounds: each target's figures, the
+// medians (and ranges) of goroce's, TCP's and their ratio, and how far
+// the median is from the target.
+func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
+	if len(rounds) == 0 {
+		return
+	}
+	cfg.defaults()
+	if len(rounds) == 1 {
+		fmt.Fprint(out, "\n 1 round\n")
+	} else {
+		fmt.Fprintf(out, "\n %d rounds: medians (min–max); each ratio is taken within its round\n", len(rounds))
+	}
+	const row = " %-38s %-12s %-24s %-24s %-20s %s\n"
+	fmt.Fprintf(out, row, "target", "goal", "goroce", "TCP", "ratio", "verdict")
+	type fig = func(*TargetRound) float64
+	line := func(name string, t target, g, tcp fig, format string) {
+		ratio := func(r *TargetRound) float64 { return g(r) / tcp(r) }
+		fmt.Fprintf(out, row, name, t.goal, spread(rounds, g, format), spread(rounds, tcp, format), spread(rounds, ratio, "%.2fx"), t.verdict(medianOf(rounds, ratio)))
+	}
+	bw := func(r *TargetRound) float64 { return r.BW }
+	line(fmt.Sprintf("ib_write_bw %d B, 1 QP [MiB/s]", cfg.Size), targetBW, bw, func(r *TargetRound) float64 { return r.TCPBW }, "%.0f")
+	line("CPU seconds per GB, both processes", targetCPU, func(r *TargetRound) float64 { return r.CPUPerGB }, func(r *TargetRound) float64 { return r.TCPCPUPerGB }, "%.2f")
+	line("ib_write_lat 2 B t_typical [usec]", targetLat, func(r *TargetRound) float64 { return r.Lat }, func(r *TargetRound) float64 { return r.TCPLat }, "%.2f")
+	rate := func(r *TargetRound) float64 { return r.Rate }
+	fmt.Fprintf(out, row, "ib_write_bw 64 B [M msg/s]", targetRate.goal, spread(rounds, rate, "%.2f"), "", "", targetRate.verdict(medianOf(rounds, rate)))
+	for i, q := range cfg.QPs {
+		g := func(r *TargetRound) float64 { return r.QPBW[i] }
+		ratio := func(r *TargetRound) float64 { return g(r) / bw(r) }
+		fmt.Fprintf(out, row, fmt.Sprintf("ib_write_bw %d B, %d QPs [MiB/s]", cfg.Size, q), targetQPs.goal, spread(rounds, g, "%.0f"), "", spread(rounds, ratio, "%.2fx"), targetQPs.verdict(medianOf(rounds, ratio)))
+	}
+	fmt.Fprint(out, " (the QP rows' ratio is against the same round's one QP; the other targets, zero allocations per packet, an idle QP's memory and 100,000 QPs, are tests: docs/PERFORMANCE.md)\n")
+}
+
+// plural is "1 round", "2 rounds".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// medianOf returns the median of f over rounds.
+func medianOf[R any](rounds []R, f func(R) float64) float64 {
+	v := make([]float64, len(rounds))
+	for i, r := range rounds {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	return median(v)
+}
+
+// targetRun is one Targets call's state.
+type targetRun struct {
+	cfg               TargetsConfig
+	goroceEnv, tcpEnv []string
+}
+
+// endEnv is the environment of an end's process: this one's, with
+// GOROCE_SAMEHOST=1 for goroce's ends over the same-host path and without
+// the variable otherwise.
+func endEnv(sameHost bool) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOROCE_SAMEHOST=") {
+			env = append(env, kv)
+		}
+	}
+	if sameHost {
+		env = append(env, "GOROCE_SAMEHOST=1")
+	}
+	return env
+}
+
+// round runs every measurement once; in odd rounds TCP goes first.
+func (r *targetRun) round(i int) (*TargetRound, error) {
+	cfg := r.cfg
+	t := &TargetRound{}
+	both := func(goroce, tcp func() error) error {
+		if i%2 == 1 {
+			goroce, tcp = tcp, goroce
+		}
+		if err := goroce(); err != nil {
+			return err
+		}
+		return tcp()
+	}
+	size, iters := strconv.Itoa(cfg.Size), strconv.Itoa(cfg.Iters)
+	bytes := float64(cfg.Size) * float64(cfg.Iters)
+	err := both(func() (err error) {
+		out, cpu, err := r.tool("ib_write_bw", "-s", size, "-n", iters)
+		if err == nil {
+			t.BW, err = lastColumn(out, 3)
+			t.CPUPerGB = cpu.Seconds() / (bytes / 1e9)
+		}
+		return err
+	}, func() (err error) {
+		out, cpu, err := r.tcp([]string{"tcp-sink", cfg.Server.String()}, "tcp-source", size, strconv.FormatFloat(bytes, 'f', 0, 64))
+		if err == nil {
+			t.TCPBW, err = endFigure(out, "MiB/s")
+			t.TCPCPUPerGB = cpu.Seconds() / (bytes / 1e9)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	lat := strconv.Itoa(cfg.LatIters)
+	err = both(func() (err error) {
+		out, _, err := r.tool("ib_write_lat", "-s", "2", "-n", lat)
+		if err == nil {
+			t.Lat, err = lastColumn(out, 4)
+		}
+		return err
+	}, func() (err error) {
+		out, _, err := r.tcp([]string{"tcp-echo", cfg.Server.String(), "2"}, "tcp-ping", "2", lat)
+		if err == nil {
+			t.TCPLat, err = endFigure(out, "t_typical")
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := r.tool("ib_write_bw", "-s", "64", "-n", strconv.Itoa(cfg.RateIters))
+	if err == nil {
+		t.Rate, err = lastColumn(out, 4)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range cfg.QPs {
+		out, _, err := r.tool("ib_write_bw", "-s", size, "-q", strconv.Itoa(q), "-n", strconv.Itoa(max(cfg.Iters/q, 1)))
+		var bw float64
+		if err == nil {
+			bw, err = lastColumn(out, 3)
+		}
+		if err != nil {
+			return nil, err
+		}
+		t.QPBW = append(t.QPBW, bw)
+	}
+	return t, nil
+}
+
+// tool runs a perftest tool's server and client, each in its process, and
+// returns the client's output and both processes' CPU time. The TCP port
+// is picked free, and again if something took it before the server bound
+// it.
+func (r *targetRun) tool(name string, args ...string) (string, time.Duration, error) {
+	for try := 0; ; try++ {
+		port, err := freePort(nil)
+		if err != nil {
+			return "", 0, err
+		}
+		common := append([]string{"perftest", name, "-p", strconv.Itoa(port)}, args...)
+		srv := append(append([]string{}, common...), "-d", r.cfg.Server.String())
+		out, cpu, err := r.pair(r.goroceEnv, srv, "Waiting for client", func(string) ([]string, error) {
+			return append(append([]string{}, common...), "-d", r.cfg.Client.String(), r.cfg.Server.String()), nil
+		})
+		if err != nil && try < 3 && strings.Contains(err.Error(), "address already in use") {
+			continue
+		}
+		if err != nil {
+			return "", 0, fmt.Errorf("%s %q: %w", name, args, err)
+		}
+		return out, cpu, nil
+	}
+}
+
+// tcp runs a TCP end's server and its client, whose arguments follow the
+// client's address and the server's address and port, and returns the
+// client's output and both processes' CPU time.
+func (r *targetRun) tcp(srv []string, client string, args ...string) (string, time.Duration, error) {
+	out, cpu, err := r.pair(r.tcpEnv, srv, "\n", func(srvOut string) ([]string, error) {
+		var port int
+		if _, err := fmt.Sscanf(srvOut, "port %d\n", &port); err != nil {
+			return nil, fmt.Errorf("TCP end printed %q, want \"port N\"", srvOut)
+		}
+		server := netip.AddrPortFrom(r.cfg.Server, uint16(port)).String()
+		return append([]string{client, r.cfg.Client.String(), server}, args...), nil
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("TCP %s: %w", client, err)
+	}
+	return out, cpu, nil
+}
+
+// pair starts the server end, waits until its output holds ready, starts
+// the client end with the arguments client makes of that output, and
+// waits for both to exit 0. It returns the client's output and both
+// processes' CPU time.
+func (r *targetRun) pair(env, srvArgs []string, ready string, client func(srvOut string) ([]string, error)) (string, time.Duration, error) {
+	deadline := time.Now().Add(r.cfg.Timeout)
+	s, err := r.start(env, srvArgs)
+	if err != nil {
+		return "", 0, err
+	}
+	defer s.kill()
+	for !s.out.Contains(ready) {
+		if s.exited() {
+			return "", 0, fmt.Errorf("server exited before it was ready: %v: %s", s.err, s.errOut.String())
+		}
+		if time.Now().After(deadline) {
+			return "", 0, fmt.Errorf("server not ready after %v", r.cfg.Timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	args, err := client(s.out.String())
+	if err != nil {
+		return "", 0, err
+	}
+	c, err := r.start(env, args)
+	if err != nil {
+		return "", 0, err
+	}
+	defer c.kill()
+	for _, p := range []*endProc{c, s} {
+		select {
+		case <-p.done:
+		case <-time.After(time.Until(deadline)):
+			return "", 0, fmt.Errorf("not done after %v", r.cfg.Timeout)
+		}
+		if p.err != nil {
+			return "", 0, fmt.Errorf("%q: %v: %s", p.cmd.Args, p.err, p.errOut.String())
+		}
+	}
+	return c.out.String(), c.cpu() + s.cpu(), nil
+}
+
+// An endProc is a running end.
+type endProc struct {
+	cmd         *exec.Cmd
+	out, errOut syncbuf.Buffer
+	done        chan struct{} // closed when the process has exited and err is set
+	err         error
+}
+
+// start starts an end with env.
+func (r *targetRun) start(env, args []string) (*endProc, error) {
+	p := &endProc{cmd: r.cfg.Command(args...), done: make(chan struct{})}
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *endProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill ends the process if it still runs, and waits for it.
+func (p *endProc) kill() {
+	if !p.exited() {
+		p.cmd.Process.Kill()
+	}
+	<-p.done
+}
+
+// cpu is the process's user and system CPU time; it has exited.
+func (p *endProc) cpu() time.Duration {
+	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+}
+
+// endFigure returns the number after name in a TCP end's output
+// ("MiB/s 1234.5").
+func endFigure(out, name string) (float64, error) {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("%w %q in %q", errNoFigure, name, out)
+}

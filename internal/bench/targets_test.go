@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestTargetVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		t    target
+		v    float64
+		want string
+	}{
+		{targetBW, 1.32, "met"},
+		{targetBW, 1.2, "met"},
+		{targetBW, 1.0, "1.20x short"},
+		{targetCPU, 0.88, "met"},
+		{targetCPU, 1.15, "1.15x short"},
+		{targetLat, 0.5, "met"},
+		{targetLat, 1.0, "2.00x short"},
+		{targetRate, 1.2, "1.25x short"},
+		{targetQPs, 0.85, "1.06x short"},
+		{targetQPs, 0, "not measured"},
+		{targetLat, -1, "not measured"},
+	} {
+		if got := tc.t.verdict(tc.v); got != tc.want {
+			t.Errorf("%s, %v: %q, want %q", tc.t.goal, tc.v, got, tc.want)
+		}
+	}
+}
+
+// TestPrintTargets: the summary's rows carry each figure's median and
+// range, the ratio's median taken within each round, and the verdict of
+// the median ratio; the QP rows' ratio is against the round's own one QP.
+func TestPrintTargets(t *testing.T) {
+	cfg := TargetsConfig{QPs: []int{16, 1024}}
+	rounds := []*TargetRound{
+		{BW: 2000, TCPBW: 1000, CPUPerGB: 0.9, TCPCPUPerGB: 1, Lat: 8, TCPLat: 8, Rate: 1.2, QPBW: []float64{1800, 1000}},
+		{BW: 3000, TCPBW: 2000, CPUPerGB: 0.8, TCPCPUPerGB: 1, Lat: 9, TCPLat: 10, Rate: 1.6, QPBW: []float64{2400, 2850}},
+		{BW: 1000, TCPBW: 1000, CPUPerGB: 1.2, TCPCPUPerGB: 1, Lat: 6, TCPLat: 4, Rate: 1.4, QPBW: []float64{1000, 800}},
+	}
+	var b bytes.Buffer
+	PrintTargets(&b, cfg, rounds)
+	out := b.String()
+	for _, want := range []string{
+		"3 rounds: medians (min–max); each ratio is taken within its round",
+		"ib_write_bw 65536 B, 1 QP [MiB/s]      ≥ 1.2x TCP   2000 (1000–3000)         1000 (1000–2000)         1.50x (1.00x–2.00x)  met",
+		"CPU seconds per GB, both processes     ≤ 1x TCP     0.90 (0.80–1.20)         1.00 (1.00–1.00)         0.90x (0.80x–1.20x)  met",
+		"ib_write_lat 2 B t_typical [usec]      ≤ 0.5x TCP   8.00 (6.00–9.00)         8.00 (4.00–10.00)        1.00x (0.90x–1.50x)  2.00x short",
+		"ib_write_bw 64 B [M msg/s]             ≥ 1.5 M/s    1.40 (1.20–1.60)",
+		"1.07x short",
+		"ib_write_bw 65536 B, 16 QPs [MiB/s]    ≥ 0.9x 1 QP  1800 (1000–2400)                                  0.90x (0.80x–1.00x)  met",
+		"ib_write_bw 65536 B, 1024 QPs [MiB/s]  ≥ 0.9x 1 QP  1000 (800–2850)                                   0.80x (0.50x–0.95x)  1.12x short",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestEndFigure(t *testing.T) {
+	if v, err := endFigure("MiB/s 1234.500\n", "MiB/s"); err != nil || v != 1234.5 {
+		t.Errorf("MiB/s: %v, %v", v, err)
+	}
+	if v, err := endFigure("port 1\nt_typical 7.250\n", "t_typical"); err != nil || v != 7.25 {
+		t.Errorf("t_typical: %v, %v", v, err)
+	}
+	if _, err := endFigure("MiB/s 1\n", "t_typical"); !errors.Is(err, errNoFigure) {
+		t.Errorf("a missing figure: %v, want errNoFigure", err)
+	}
+}
+
+// TestEndArgs: an end given arguments it does not know says so and fails.
+func TestEndArgs(t *testing.T) {
+	for _, args := range [][]string{nil, {"tcp-sink"}, {"tcp-echo", "127.0.0.1", "0"}, {"tcp-ping", "127.0.0.2", "127.0.0.1:1", "2", "x"},
+		{"tcp-source", "nowhere", "127.0.0.1:1", "2", "3"}, {"perftest", "ib_nothing_bw"}, {"udp-sink", "127.0.0.1"}} {
+		var out, errb bytes.Buffer
+		if code := End(args, &out, &errb); code == 0 || errb.Len() == 0 {
+			t.Errorf("End(%q): exit %d, stderr %q; want a failure that says why", args, code, errb.String())
+		}
+	}
+}
