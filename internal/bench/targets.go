@@ -150,11 +150,15 @@ func (t target) verdict(v float64) string {
 		return "not measured"
 	case t.atLeast && v >= t.bound, !t.atLeast && v <= t.bound:
 		return "met"
-	case t.atLeast:
-		return fmt.Sprintf("%.2fx short", t.bound/v)
-	default:
-		return fmt.Sprintf("%.2fx short", v/t.bound)
 	}
+	f := v / t.bound
+	if t.atLeast {
+		f = t.bound / v
+	}
+	if f < 1.005 { // would print as 1.00x
+		return fmt.Sprintf("%.3fx short", f)
+	}
+	return fmt.Sprintf("%.2fx short", f)
 }
 
 // PrintTargets prints the summary of rounds: each target's figures, the

@@ -22,6 +22,7 @@ func TestTargetVerdict(t *testing.T) {
 		{targetLat, 1.0, "2.00x short"},
 		{targetRate, 1.2, "1.25x short"},
 		{targetQPs, 0.85, "1.06x short"},
+		{targetQPs, 0.898, "1.002x short"},
 		{targetQPs, 0, "not measured"},
 		{targetLat, -1, "not measured"},
 	} {
