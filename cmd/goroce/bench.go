@@ -46,13 +46,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
 	veth := fs.Bool("veth", false, "run both ends, goroce and TCP, in two network namespaces made for the run and joined by a veth pair, at "+vethServer.String()+" and "+vethClient.String()+" (root; needs the ip command)")
 	vethMTU := fs.Int("veth-mtu", 9000, "with -veth: the veth pair's MTU (9000 gives RoCE MTU 4096)")
-	targets := fs.Bool("targets", false, "measure issue 8's targets between two processes: goroce's perftest tools and TCP, each end in its own process (takes -s, -n, -lat-n, -rate-n, -qps, -rounds, -samehost, -addrs)")
+	targets := fs.Bool("targets", false, "measure issue 8's targets between two processes: goroce's perftest tools and TCP, each end in its own process (takes -s, -n, -lat-n, -rate-n, -qps, -rounds, -samehost, -addrs or -veth)")
 	rateIters := fs.Int("rate-n", 1_000_000, "with -targets: 64-byte messages of the message rate test")
 	qpList := fs.String("qps", "16,256,1024", "with -targets: the QP counts measured against one QP")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-poll] [-rounds N] [-addrs A,B | -veth]")
 		fmt.Fprintln(stderr, "       goroce bench -sweep [-rounds N] [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B | -veth]")
-		fmt.Fprintln(stderr, "       goroce bench -targets [-rounds N] [-s SIZE] [-n ITERS] [-lat-n N] [-rate-n N] [-qps 16,256,1024] [-samehost] [-addrs A,B]")
+		fmt.Fprintln(stderr, "       goroce bench -targets [-rounds N] [-s SIZE] [-n ITERS] [-lat-n N] [-rate-n N] [-qps 16,256,1024] [-samehost] [-addrs A,B | -veth]")
 		fmt.Fprintln(stderr, "       goroce bench -replot SWEEP.txt -plot FILE.svg")
 		fs.PrintDefaults()
 	}
@@ -94,10 +94,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if *targets {
 		tc := bench.TargetsConfig{Rounds: *rounds, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Size: *size, RateIters: *rateIters}
-		allowed := map[string]bool{"targets": true, "s": true, "n": true, "lat-n": true, "rate-n": true, "qps": true, "rounds": true, "samehost": true, "addrs": true}
+		allowed := map[string]bool{"targets": true, "s": true, "n": true, "lat-n": true, "rate-n": true, "qps": true, "rounds": true, "samehost": true, "addrs": true, "veth": true, "veth-mtu": true}
 		var err error
+		addrsSet := false
 		fs.Visit(func(f *flag.Flag) {
 			switch {
+			case f.Name == "addrs":
+				addrsSet = true
 			case !allowed[f.Name]:
 				err = fmt.Errorf("-%s does not apply to -targets", f.Name)
 			case f.Name == "n":
@@ -112,11 +115,25 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		if err == nil && (*rounds < 1 || *size < 1 || *rateIters < 1 || tc.Iters < 0 || tc.LatIters < 0) {
 			err = fmt.Errorf("-rounds, -s, -n, -lat-n and -rate-n want positive numbers")
 		}
+		if err == nil && *veth && (cfg.SameHost || addrsSet) {
+			err = fmt.Errorf("-veth picks the addresses and runs over UDP: it excludes -addrs and -samehost")
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "goroce bench: %v\n", err)
 			return 2
 		}
-		return runTargets(tc, stdout, stderr)
+		if *veth {
+			vp, err := netns.NewVeth("goroce-bench", vethServer, vethClient, *vethMTU)
+			if err != nil {
+				fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
+				return 1
+			}
+			stop := deleteOnSignal(vp, stderr)
+			defer stop()
+			tc.Server, tc.Client, tc.Network, tc.Veth = vp.A, vp.B, fmt.Sprintf("veth between two namespaces, MTU %d", *vethMTU), true
+			return runTargets(tc, vp, stdout, stderr)
+		}
+		return runTargets(tc, nil, stdout, stderr)
 	}
 	network := "loopback"
 	if *veth {
@@ -207,14 +224,21 @@ func deleteOnSignal(v *netns.Veth, stderr io.Writer) (stop func()) {
 }
 
 // runTargets is goroce bench -targets: each end runs as this program's
-// endCommand.
-func runTargets(tc bench.TargetsConfig, stdout, stderr io.Writer) int {
+// endCommand, in vp's namespaces if vp is not nil (the server's in the
+// first).
+func runTargets(tc bench.TargetsConfig, vp *netns.Veth, stdout, stderr io.Writer) int {
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "goroce bench: -targets: %v\n", err)
 		return 1
 	}
-	tc.Command = func(args ...string) *exec.Cmd { return exec.Command(exe, append([]string{endCommand}, args...)...) }
+	tc.Command = func(server bool, args ...string) *exec.Cmd {
+		args = append([]string{endCommand}, args...)
+		if vp != nil {
+			return vp.Command(!server, exe, args...)
+		}
+		return exec.Command(exe, args...)
+	}
 	if _, err := bench.Targets(tc, stdout); err != nil {
 		fmt.Fprintf(stderr, "goroce bench: -targets: %v\n", err)
 		return 1

@@ -104,7 +104,8 @@ func TestBenchSameHost(t *testing.T) {
 func TestBenchFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"},
 		{"-rounds", "0"}, {"-rounds", "0", "-sweep"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"},
-		{"-targets", "-veth"}, {"-targets", "-sweep"}, {"-targets", "-q", "4"}, {"-targets", "-qps", "16,0"}, {"-targets", "-qps", ""}, {"-targets", "-rate-n", "0"}, {"-targets", "-rounds", "0"}} {
+		{"-targets", "-sweep"}, {"-targets", "-q", "4"}, {"-targets", "-qps", "16,0"}, {"-targets", "-qps", ""}, {"-targets", "-rate-n", "0"}, {"-targets", "-rounds", "0"},
+		{"-targets", "-veth", "-samehost"}, {"-targets", "-veth", "-addrs", "127.0.0.1,127.0.0.2"}} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("bench %q: exit %d, want 2 (%s)", args, code, errb.String())
@@ -146,7 +147,7 @@ func TestBenchTargets(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
 	o := out.String()
-	if !strings.Contains(o, "goroce over UDP (127.0.5.16, 127.0.5.17) against TCP between two Go processes, 2 rounds") ||
+	if !strings.Contains(o, "goroce over UDP (127.0.5.16, 127.0.5.17) against TCP between two Go processes, loopback, 2 rounds") ||
 		!strings.Contains(o, " round 2 of 2: 16384 B ") {
 		t.Errorf("no header or no second round:\n%s", o)
 	}
@@ -199,7 +200,8 @@ func TestBenchSweep(t *testing.T) {
 	}
 }
 
-// TestBenchVeth runs `goroce bench -veth` and a small `-veth -sweep`: both
+// TestBenchVeth runs `goroce bench -veth`, a small `-veth -sweep` and a
+// small `-veth -targets` (each end a process in its namespace): both
 // ends in two network namespaces made for the run, joined by a veth pair.
 // The reports must name the namespaces and carry figures for goroce, TCP
 // and the UDP ceiling; the namespaces must be gone afterwards.
@@ -215,6 +217,7 @@ func TestBenchVeth(t *testing.T) {
 	for _, args := range [][]string{
 		{"-veth", "-n", "300", "-s", "65536", "-lat-n", "100", "-counters"},
 		{"-veth", "-veth-mtu", "1500", "-sweep", "-max-size", "4096", "-max-qps", "2", "-bytes", "1048576", "-lat-n", "50", "-plot", plot},
+		{"-veth", "-targets", "-s", "16384", "-n", "300", "-lat-n", "100", "-rate-n", "2000", "-qps", "2"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 0 {
@@ -223,8 +226,12 @@ func TestBenchVeth(t *testing.T) {
 		o := out.String()
 		want := []string{"goroce bench: the server's end in network namespace /run/netns/goroce-bench-", "BW average[MiB/sec], 65536 B",
 			"t_typical[usec], 2 B, one way", "UDP alone (GSO and GRO, no RDMA)", "counters of 198.18.9.1:", "counters of 198.18.9.2:"}
-		if args[2] == "1500" {
+		switch args[1] {
+		case "-veth-mtu":
 			want = []string{"Network: veth between two namespaces, MTU 1500", "Aggregate bandwidth against QP count", " 4096       "}
+		case "-targets":
+			want = []string{"goroce over UDP (198.18.9.1, 198.18.9.2) against TCP between two Go processes, veth between two namespaces, MTU 9000, 1 round",
+				"ib_write_bw 16384 B, 1 QP [MiB/s]      ≥ 1.3x TCP", "ib_write_lat 2 B t_typical [usec]", "ib_write_bw 16384 B, 2 QPs [MiB/s]"}
 		}
 		for _, w := range want {
 			if !strings.Contains(o, w) {

@@ -16,6 +16,7 @@ func TestTargetVerdict(t *testing.T) {
 		{targetBW, 1.32, "met"},
 		{targetBW, 1.2, "met"},
 		{targetBW, 1.0, "1.20x short"},
+		{targetVeth, 1.2, "1.08x short"},
 		{targetCPU, 0.88, "met"},
 		{targetCPU, 1.15, "1.15x short"},
 		{targetLat, 0.5, "met"},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 )
 
 // Open fails outside Linux, which alone has network namespaces.
@@ -37,3 +38,9 @@ func NewVeth(tag string, a, b netip.Prefix, mtu int) (*Veth, error) {
 
 // Close does nothing outside Linux.
 func (v *Veth) Close() error { return nil }
+
+// Command runs name in this namespace outside Linux, where NewVeth makes
+// no Veth to call it on.
+func (v *Veth) Command(inB bool, name string, args ...string) *exec.Cmd {
+	return exec.Command(name, args...)
+}

@@ -104,6 +104,18 @@ func (v *Veth) Close() error {
 	return errors.Join(errs...)
 }
 
+// Command returns the command that runs name with args inside the first
+// namespace, or inside the second if inB: `ip netns exec NS name args...`,
+// which enters the namespace and then becomes the program, so that the
+// process's CPU time is the program's.
+func (v *Veth) Command(inB bool, name string, args ...string) *exec.Cmd {
+	ns := v.names[0]
+	if inB {
+		ns = v.names[1]
+	}
+	return exec.Command(v.ip, append([]string{"netns", "exec", ns, name}, args...)...)
+}
+
 // run runs the ip command with a timeout; its error includes the output.
 func (v *Veth) run(args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
