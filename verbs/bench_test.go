@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -72,6 +73,58 @@ func BenchmarkPingPong(b *testing.B) {
 	}
 	b.StopTimer()
 	<-done
+}
+
+// BenchmarkPingPongSeq is ib_write_lat's exchange, 2-byte signaled
+// WRITEs over UDP loopback, with one goroutine on one P playing both
+// sides in turn: post, the peer's poll that finds the WRITE (a loopback
+// sendmmsg has delivered it by the time it returns), the peer's answer,
+// and the poll that finds it with the first WRITE's completion. Nothing
+// waits and nothing is handed between goroutines, so ns/op is the round
+// trip's work alone, the software and the four system calls, and a CPU
+// profile of it is the latency path's (docs/perf/HISTORY.md, seventeenth
+// round). The WRs are built once, as perftest builds them: the exchange
+// allocates nothing.
+func BenchmarkPingPongSeq(b *testing.B) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	x, y := pairOn(b, newUDPDevices, 1<<16, MTU1024)
+	wrs := func(e, peer *endpoint) []SendWR {
+		return []SendWR{{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{e.mr.SGE(0, 2)},
+			RemoteAddr: peer.mr.Addr() + 1024, RKey: peer.mr.RKey()}}
+	}
+	xw, yw := wrs(x, y), wrs(y, x)
+	wc := make([]WC, 4)
+	// until polls e's device until cond holds.
+	until := func(e *endpoint, cond func() bool) {
+		for !cond() {
+			e.dev.BusyPoll(time.Second, cond)
+		}
+	}
+	post := func(e *endpoint, wr []SendWR) {
+		if _, err := e.qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// completed takes e's completion of its last WRITE, whose ACK came
+	// with the peer's WRITE.
+	completed := func(e *endpoint) {
+		until(e, func() bool { return e.cq.Len() > 0 })
+		if n := e.cq.Poll(wc); n != 1 || wc[0].Status != WCSuccess {
+			b.Fatalf("%d completions, first %+v", n, wc[0])
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := uint64(1); i <= uint64(b.N); i++ {
+		post(x, xw)
+		until(y, func() bool { return y.mr.RemoteWrites() >= i })
+		if i > 1 {
+			completed(y)
+		}
+		post(y, yw)
+		until(x, func() bool { return x.mr.RemoteWrites() >= i })
+		completed(x)
+	}
 }
 
 // postWrite RDMA WRITEs 2 bytes from e to peer, unsignaled.
