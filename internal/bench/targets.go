@@ -143,13 +143,12 @@ type target struct {
 
 // Issue 8's targets.
 var (
-	targetBW    = target{"≥ 1.2x TCP", true, 1.2}
-	targetVeth  = target{"≥ 1.3x TCP", true, 1.3}
-	targetCPU   = target{"≤ 1x TCP", false, 1}
-	targetLat   = target{"≤ 0.5x TCP", false, 0.5}
-	targetRate  = target{"≥ 1.5 M/s", true, 1.5}
-	targetQPs   = target{"≥ 0.9x 1 QP", true, 0.9}
-	errNoFigure = errors.New("no figure")
+	targetBW   = target{"≥ 1.2x TCP", true, 1.2}
+	targetVeth = target{"≥ 1.3x TCP", true, 1.3}
+	targetCPU  = target{"≤ 1x TCP", false, 1}
+	targetLat  = target{"≤ 0.5x TCP", false, 0.5}
+	targetRate = target{"≥ 1.5 M/s", true, 1.5}
+	targetQPs  = target{"≥ 0.9x 1 QP", true, 0.9}
 )
 
 // verdict says whether v meets the target, or by what factor it falls
@@ -449,6 +448,9 @@ func (p *endProc) kill() {
 func (p *endProc) cpu() time.Duration {
 	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
 }
+
+// errNoFigure reports a TCP end's output without the figure looked for.
+var errNoFigure = errors.New("no figure")
 
 // endFigure returns the number after name in a TCP end's output
 // ("MiB/s 1234.5").
