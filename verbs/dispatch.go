@@ -99,7 +99,7 @@ func newDispatcher(d *Device, n int) *dispatcher {
 		pollWake: make(chan struct{}, 1), parked: make(chan struct{}, 1)}
 	for range n {
 		w := &worker{dev: d, ch: make(chan event, 1024), quit: make(chan struct{}), exited: make(chan struct{}),
-			qps: map[uint32]*QP{}, timer: time.NewTimer(time.Hour)}
+			qps: map[uint32]*QP{}, timer: time.NewTimer(time.Hour), rxCur: -1}
 		w.timer.Stop()
 		w.budget = transport.NewBudget(sendBudget/n, func(t *transport.QP) {
 			if qp := w.qps[t.QPN()]; qp != nil {
@@ -532,6 +532,12 @@ type worker struct {
 	written int               // packets written in this turn (Emit's schedule)
 	timerAt time.Time         // when the timer fires; zero: it is not set
 	budget  *transport.Budget // the PSNs its RC QPs may have in flight together
+
+	// Received packets not yet added to the device's counters (countRx),
+	// and the length of the one being handled, -1 when none is or it is
+	// counted.
+	rxPkts, rxBytes uint64
+	rxCur           int
 }
 
 func (w *worker) run() {
@@ -670,7 +676,6 @@ func (w *worker) handleEvent(ev event) {
 	switch ev.kind {
 	case evPackets:
 		now := time.Now()
-		var pkts, bytes uint64 // counted once per batch: the counters are shared by every goroutine
 		for i := range ev.batch.n {
 			b := ev.batch.bufs[i]
 			ev.batch.bufs[i] = nil
@@ -681,6 +686,7 @@ func (w *worker) handleEvent(ev event) {
 				ev.batch.pend[i] = false
 			}
 			if err == nil && qp != nil {
+				w.rxCur = len(b) // counted by a completion it brings (countRx)
 				qp.t.ReceiveFrom(&w.pkt, ev.batch.origin[i], now)
 				w.markDirty(qp)
 			}
@@ -691,17 +697,17 @@ func (w *worker) handleEvent(ev event) {
 				w.dev.icrc.CountICRCError()
 			case err != nil || qp == nil:
 				w.dev.stats.Inc(stats.Malformed)
-			default:
-				pkts++
-				bytes += uint64(len(b))
+			case w.rxCur >= 0:
+				w.rxPkts++
+				w.rxBytes += uint64(len(b))
 			}
+			w.rxCur = -1
 			if !ev.batch.lent[i] {
 				putBuf(b)
 			}
 			ev.batch.lent[i] = false
 		}
-		w.dev.stats.Add(stats.RcvdPkts, pkts)
-		w.dev.stats.Add(stats.RcvdBytes, bytes)
+		w.countRx()
 		ev.batch.n = 0
 		batchPool.Put(ev.batch)
 	case evKick:
@@ -714,6 +720,41 @@ func (w *worker) handleEvent(ev event) {
 			w.markDirty(ev.qp) // the call may have changed its state and deadline
 		}
 	}
+}
+
+// countRx adds the packets received so far in a batch, and the one being
+// handled (rxCur), to the device's counters. A batch adds them once, at
+// its end, as the counters are shared by every goroutine; but a completion
+// that a packet brings must not be seen before that packet is counted (a
+// tool that prints its counters after its last completion would miss it),
+// so the QPs' CQs call this before each completion (countedCQ). A packet
+// whose ICRC is checked later, as the transport reads it (the same-host
+// path), is known good by then: the transport completes nothing for a
+// packet it dropped.
+func (w *worker) countRx() {
+	if w.rxCur >= 0 {
+		w.rxPkts++
+		w.rxBytes += uint64(w.rxCur)
+		w.rxCur = -1
+	}
+	if w.rxPkts > 0 {
+		w.dev.stats.Add(stats.RcvdPkts, w.rxPkts)
+		w.dev.stats.Add(stats.RcvdBytes, w.rxBytes)
+		w.rxPkts, w.rxBytes = 0, 0
+	}
+}
+
+// countedCQ is the transport's view of a QP's CQ: each completion first
+// counts the packets received before it (worker.countRx).
+type countedCQ struct {
+	cq *CQ
+	w  *worker
+}
+
+// Push implements transport.CQ.
+func (c *countedCQ) Push(wc WC, solicited bool) {
+	c.w.countRx()
+	c.cq.Push(wc, solicited)
 }
 
 // markDirty queues qp for Progress, once.

@@ -83,6 +83,8 @@ type QP struct {
 	tAt    time.Time     // the deadline filed in the worker's timer heap; owned by the worker
 	tIndex int           // index + 1 in the timer heap, 0 when not in it; owned by the worker
 
+	sendCQ, recvCQ countedCQ // the transport's CQs: init's, counting what arrived first
+
 	mu    sync.Mutex // guards state and attr
 	state QPState
 	attr  QPAttr
@@ -143,6 +145,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	}
 	qp := &QP{dev: d, pd: pd, qpn: d.qpns, init: a, state: QPSReset}
 	w := d.disp.workerFor(qp.qpn)
+	qp.sendCQ, qp.recvCQ = countedCQ{a.SendCQ, w}, countedCQ{a.RecvCQ, w}
 	var rq *transport.RecvQueue
 	if a.SRQ != nil {
 		rq = a.SRQ.rq
@@ -150,7 +153,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		rq = transport.NewRecvQueue(c.MaxRecvWR)
 	}
 	qp.t = transport.NewQP(transport.Config{
-		Type: a.Type, QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ,
+		Type: a.Type, QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: &qp.sendCQ, RecvCQ: &qp.recvCQ,
 		SQ: transport.NewSendQueue(c.MaxSendWR), RQ: rq, SRQ: a.SRQ != nil,
 		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData, Stats: d.stats,
 		Window: sendWindow, Budget: w.budget, Placement: d.placement,
