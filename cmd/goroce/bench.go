@@ -112,7 +112,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			tc.QPs, err = parseQPs(*qpList)
 		}
-		if err == nil && (*rounds < 1 || *size < 1 || *rateIters < 1 || tc.Iters < 0 || tc.LatIters < 0) {
+		if err == nil && (*rounds < 1 || *size < 1 || *rateIters < 1 || *iters < 1 || *latIters < 1) {
 			err = fmt.Errorf("-rounds, -s, -n, -lat-n and -rate-n want positive numbers")
 		}
 		if err == nil && *veth && (cfg.SameHost || addrsSet) {

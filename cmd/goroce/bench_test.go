@@ -104,7 +104,7 @@ func TestBenchSameHost(t *testing.T) {
 func TestBenchFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"},
 		{"-rounds", "0"}, {"-rounds", "0", "-sweep"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"},
-		{"-targets", "-sweep"}, {"-targets", "-q", "4"}, {"-targets", "-qps", "16,0"}, {"-targets", "-qps", ""}, {"-targets", "-rate-n", "0"}, {"-targets", "-rounds", "0"},
+		{"-targets", "-sweep"}, {"-targets", "-q", "4"}, {"-targets", "-qps", "16,0"}, {"-targets", "-qps", ""}, {"-targets", "-rate-n", "0"}, {"-targets", "-rounds", "0"}, {"-targets", "-n", "0"}, {"-targets", "-lat-n", "-1"},
 		{"-targets", "-veth", "-samehost"}, {"-targets", "-veth", "-addrs", "127.0.0.1,127.0.0.2"}} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
