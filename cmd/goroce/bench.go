@@ -93,47 +93,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return runReplot(*replot, *plot, stdout, stderr)
 	}
 	if *targets {
-		tc := bench.TargetsConfig{Rounds: *rounds, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Size: *size, RateIters: *rateIters}
-		allowed := map[string]bool{"targets": true, "s": true, "n": true, "lat-n": true, "rate-n": true, "qps": true, "rounds": true, "samehost": true, "addrs": true, "veth": true, "veth-mtu": true}
-		var err error
-		addrsSet := false
-		fs.Visit(func(f *flag.Flag) {
-			switch {
-			case f.Name == "addrs":
-				addrsSet = true
-			case !allowed[f.Name]:
-				err = fmt.Errorf("-%s does not apply to -targets", f.Name)
-			case f.Name == "n":
-				tc.Iters = *iters
-			case f.Name == "lat-n":
-				tc.LatIters = *latIters
-			}
-		})
-		if err == nil {
-			tc.QPs, err = parseQPs(*qpList)
-		}
-		if err == nil && (*rounds < 1 || *size < 1 || *rateIters < 1 || *iters < 1 || *latIters < 1) {
-			err = fmt.Errorf("-rounds, -s, -n, -lat-n and -rate-n want positive numbers")
-		}
-		if err == nil && *veth && (cfg.SameHost || addrsSet) {
-			err = fmt.Errorf("-veth picks the addresses and runs over UDP: it excludes -addrs and -samehost")
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "goroce bench: %v\n", err)
-			return 2
-		}
-		if *veth {
-			vp, err := netns.NewVeth("goroce-bench", vethServer, vethClient, *vethMTU)
-			if err != nil {
-				fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
-				return 1
-			}
-			stop := deleteOnSignal(vp, stderr)
-			defer stop()
-			tc.Server, tc.Client, tc.Network, tc.Veth = vp.A, vp.B, fmt.Sprintf("veth between two namespaces, MTU %d", *vethMTU), true
-			return runTargets(tc, vp, stdout, stderr)
-		}
-		return runTargets(tc, nil, stdout, stderr)
+		return runTargetsFlags(fs, cfg, targetFlags{size: *size, iters: *iters, latIters: *latIters, rateIters: *rateIters, rounds: *rounds,
+			qps: *qpList, veth: *veth, vethMTU: *vethMTU}, stdout, stderr)
 	}
 	network := "loopback"
 	if *veth {
@@ -221,6 +182,61 @@ func deleteOnSignal(v *netns.Veth, stderr io.Writer) (stop func()) {
 			fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
 		}
 	}
+}
+
+// targetFlags are the values of the flags goroce bench -targets takes.
+type targetFlags struct {
+	size, iters, latIters, rateIters, rounds int
+	qps                                      string
+	veth                                     bool
+	vethMTU                                  int
+}
+
+// runTargetsFlags is goroce bench -targets: it refuses the flags that do
+// not apply (fs holds those set), makes the veth pair with -veth, and runs
+// the targets.
+func runTargetsFlags(fs *flag.FlagSet, cfg bench.Config, f targetFlags, stdout, stderr io.Writer) int {
+	tc := bench.TargetsConfig{Rounds: f.rounds, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Size: f.size, RateIters: f.rateIters}
+	allowed := map[string]bool{"targets": true, "s": true, "n": true, "lat-n": true, "rate-n": true, "qps": true, "rounds": true, "samehost": true, "addrs": true, "veth": true, "veth-mtu": true}
+	var err error
+	addrsSet := false
+	fs.Visit(func(fl *flag.Flag) {
+		switch {
+		case fl.Name == "addrs":
+			addrsSet = true
+		case !allowed[fl.Name]:
+			err = fmt.Errorf("-%s does not apply to -targets", fl.Name)
+		case fl.Name == "n":
+			tc.Iters = f.iters
+		case fl.Name == "lat-n":
+			tc.LatIters = f.latIters
+		}
+	})
+	if err == nil {
+		tc.QPs, err = parseQPs(f.qps)
+	}
+	if err == nil && (f.rounds < 1 || f.size < 1 || f.rateIters < 1 || f.iters < 1 || f.latIters < 1) {
+		err = fmt.Errorf("-rounds, -s, -n, -lat-n and -rate-n want positive numbers")
+	}
+	if err == nil && f.veth && (cfg.SameHost || addrsSet) {
+		err = fmt.Errorf("-veth picks the addresses and runs over UDP: it excludes -addrs and -samehost")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
+		return 2
+	}
+	if !f.veth {
+		return runTargets(tc, nil, stdout, stderr)
+	}
+	vp, err := netns.NewVeth("goroce-bench", vethServer, vethClient, f.vethMTU)
+	if err != nil {
+		fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
+		return 1
+	}
+	stop := deleteOnSignal(vp, stderr)
+	defer stop()
+	tc.Server, tc.Client, tc.Network, tc.Veth = vp.A, vp.B, fmt.Sprintf("veth between two namespaces, MTU %d", f.vethMTU), true
+	return runTargets(tc, vp, stdout, stderr)
 }
 
 // runTargets is goroce bench -targets: each end runs as this program's
