@@ -65,16 +65,22 @@ func PrintSummary(out io.Writer, rounds []*Result) {
 // spread formats the median of f over rounds and, for more than one
 // round, its range: "1.32x (1.20x–1.49x)".
 func spread[R any](rounds []R, f func(R) float64, format string) string {
-	v := make([]float64, len(rounds))
-	for i, r := range rounds {
-		v[i] = f(r)
-	}
-	slices.Sort(v)
+	v := sortedOf(rounds, f)
 	m := median(v)
 	if len(v) == 1 {
 		return fmt.Sprintf(format, m)
 	}
 	return fmt.Sprintf(format+" ("+format+"–"+format+")", m, v[0], v[len(v)-1])
+}
+
+// sortedOf returns f of each round, sorted.
+func sortedOf[R any](rounds []R, f func(R) float64) []float64 {
+	v := make([]float64, len(rounds))
+	for i, r := range rounds {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	return v
 }
 
 // median returns the median of sorted v (the mean of the middle two for

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,24 +185,38 @@ func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 	const row = " %-38s %-12s %-24s %-24s %-20s %s\n"
 	fmt.Fprintf(out, row, "target", "goal", "goroce", "TCP", "ratio", "verdict")
 	type fig = func(*TargetRound) float64
-	line := func(name string, t target, g, tcp fig, format string) {
-		ratio := func(r *TargetRound) float64 { return g(r) / tcp(r) }
-		fmt.Fprintf(out, row, name, t.goal, spread(rounds, g, format), spread(rounds, tcp, format), spread(rounds, ratio, "%.2fx"), t.verdict(medianOf(rounds, ratio)))
+	cell := func(f fig, format string) string {
+		if f == nil {
+			return ""
+		}
+		return spread(rounds, f, format)
+	}
+	// line prints a target's row: goroce's figure g, TCP's (nil: none),
+	// their ratio or one against something else (nil: none), and the
+	// verdict on the median of the ratio, or of g where there is none.
+	line := func(name string, t target, format string, g, tcp, ratio fig) {
+		judged := g
+		if ratio != nil {
+			judged = ratio
+		}
+		fmt.Fprintf(out, row, name, t.goal, cell(g, format), cell(tcp, format), cell(ratio, "%.2fx"), t.verdict(medianOf(rounds, judged)))
+	}
+	// vsTCP prints a row of goroce's figure g against TCP's.
+	vsTCP := func(name string, t target, format string, g, tcp fig) {
+		line(name, t, format, g, tcp, func(r *TargetRound) float64 { return g(r) / tcp(r) })
 	}
 	bw := func(r *TargetRound) float64 { return r.BW }
 	bwTarget := targetBW
 	if cfg.Veth {
 		bwTarget = targetVeth
 	}
-	line(fmt.Sprintf("ib_write_bw %d B, 1 QP [MiB/s]", cfg.Size), bwTarget, bw, func(r *TargetRound) float64 { return r.TCPBW }, "%.0f")
-	line("CPU seconds per GB, both processes", targetCPU, func(r *TargetRound) float64 { return r.CPUPerGB }, func(r *TargetRound) float64 { return r.TCPCPUPerGB }, "%.2f")
-	line("ib_write_lat 2 B t_typical [usec]", targetLat, func(r *TargetRound) float64 { return r.Lat }, func(r *TargetRound) float64 { return r.TCPLat }, "%.2f")
-	rate := func(r *TargetRound) float64 { return r.Rate }
-	fmt.Fprintf(out, row, "ib_write_bw 64 B [M msg/s]", targetRate.goal, spread(rounds, rate, "%.2f"), "", "", targetRate.verdict(medianOf(rounds, rate)))
+	vsTCP(fmt.Sprintf("ib_write_bw %d B, 1 QP [MiB/s]", cfg.Size), bwTarget, "%.0f", bw, func(r *TargetRound) float64 { return r.TCPBW })
+	vsTCP("CPU seconds per GB, both processes", targetCPU, "%.2f", func(r *TargetRound) float64 { return r.CPUPerGB }, func(r *TargetRound) float64 { return r.TCPCPUPerGB })
+	vsTCP("ib_write_lat 2 B t_typical [usec]", targetLat, "%.2f", func(r *TargetRound) float64 { return r.Lat }, func(r *TargetRound) float64 { return r.TCPLat })
+	line("ib_write_bw 64 B [M msg/s]", targetRate, "%.2f", func(r *TargetRound) float64 { return r.Rate }, nil, nil)
 	for i, q := range cfg.QPs {
 		g := func(r *TargetRound) float64 { return r.QPBW[i] }
-		ratio := func(r *TargetRound) float64 { return g(r) / bw(r) }
-		fmt.Fprintf(out, row, fmt.Sprintf("ib_write_bw %d B, %d QPs [MiB/s]", cfg.Size, q), targetQPs.goal, spread(rounds, g, "%.0f"), "", spread(rounds, ratio, "%.2fx"), targetQPs.verdict(medianOf(rounds, ratio)))
+		line(fmt.Sprintf("ib_write_bw %d B, %d QPs [MiB/s]", cfg.Size, q), targetQPs, "%.0f", g, nil, func(r *TargetRound) float64 { return g(r) / bw(r) })
 	}
 	fmt.Fprint(out, " (the QP rows' ratio is against the same round's one QP; the other targets, zero allocations per packet, an idle QP's memory and 100,000 QPs, are tests: docs/PERFORMANCE.md)\n")
 }
@@ -217,14 +230,7 @@ func plural(n int, noun string) string {
 }
 
 // medianOf returns the median of f over rounds.
-func medianOf[R any](rounds []R, f func(R) float64) float64 {
-	v := make([]float64, len(rounds))
-	for i, r := range rounds {
-		v[i] = f(r)
-	}
-	slices.Sort(v)
-	return median(v)
-}
+func medianOf[R any](rounds []R, f func(R) float64) float64 { return median(sortedOf(rounds, f)) }
 
 // targetRun is one Targets call's state.
 type targetRun struct {
@@ -263,14 +269,14 @@ func (r *targetRun) round(i int) (*TargetRound, error) {
 	}
 	size, iters := strconv.Itoa(cfg.Size), strconv.Itoa(cfg.Iters)
 	bytes := float64(cfg.Size) * float64(cfg.Iters)
-	err := both(func() (err error) {
+	err := both(func() error {
 		out, cpu, err := r.tool("ib_write_bw", "-s", size, "-n", iters)
 		if err == nil {
 			t.BW, err = lastColumn(out, 3)
 			t.CPUPerGB = cpu.Seconds() / (bytes / 1e9)
 		}
 		return err
-	}, func() (err error) {
+	}, func() error {
 		out, cpu, err := r.tcp([]string{"tcp-sink", cfg.Server.String()}, "tcp-source", size, strconv.FormatFloat(bytes, 'f', 0, 64))
 		if err == nil {
 			t.TCPBW, err = endFigure(out, "MiB/s")
@@ -282,13 +288,13 @@ func (r *targetRun) round(i int) (*TargetRound, error) {
 		return nil, err
 	}
 	lat := strconv.Itoa(cfg.LatIters)
-	err = both(func() (err error) {
+	err = both(func() error {
 		out, _, err := r.tool("ib_write_lat", "-s", "2", "-n", lat)
 		if err == nil {
 			t.Lat, err = lastColumn(out, 4)
 		}
 		return err
-	}, func() (err error) {
+	}, func() error {
 		out, _, err := r.tcp([]string{"tcp-echo", cfg.Server.String(), "2"}, "tcp-ping", "2", lat)
 		if err == nil {
 			t.TCPLat, err = endFigure(out, "t_typical")
