@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,6 +82,28 @@ func TestEndArgs(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := End(args, &out, &errb); code == 0 || errb.Len() == 0 {
 			t.Errorf("End(%q): exit %d, stderr %q; want a failure that says why", args, code, errb.String())
+		}
+	}
+}
+
+// TestEndEnv: goroce's ends run over the same-host path exactly when
+// -samehost asks, whatever GOROCE_SAMEHOST this process has; TCP's ends
+// never carry it.
+func TestEndEnv(t *testing.T) {
+	t.Setenv("GOROCE_SAMEHOST", "1")
+	t.Setenv("GOROCE_BENCH_TEST", "kept")
+	for _, tc := range []struct {
+		sameHost bool
+		want     []string // the GOROCE_ variables, in order
+	}{{false, []string{"GOROCE_BENCH_TEST=kept"}}, {true, []string{"GOROCE_BENCH_TEST=kept", "GOROCE_SAMEHOST=1"}}} {
+		var got []string
+		for _, kv := range endEnv(tc.sameHost) {
+			if strings.HasPrefix(kv, "GOROCE_") {
+				got = append(got, kv)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("sameHost %v: %q, want %q", tc.sameHost, got, tc.want)
 		}
 	}
 }
