@@ -91,13 +91,10 @@ func run(c config) (result, error) {
 	if c.size < 1 || c.gso < 1 || c.per < 1 || c.socks < 1 || c.dur <= 0 {
 		return r, errors.New("size, gso, per, socks and t must be positive")
 	}
-	if c.gso > 1 && c.size*c.gso > 65507 {
-		return r, fmt.Errorf("a super-packet of %d × %d bytes is larger than a UDP datagram", c.gso, c.size)
-	}
-	if c.gso > 1 && c.ipv6 && c.size*c.gso > 65527 {
-		return r, fmt.Errorf("a super-packet of %d × %d bytes is larger than a UDP datagram", c.gso, c.size)
-	}
 	fam := newFamily(c.ipv6)
+	if c.gso > 1 && c.size*c.gso > fam.maxPayload {
+		return r, fmt.Errorf("a super-packet of %d × %d bytes is larger than a UDP datagram (%d bytes)", c.gso, c.size, fam.maxPayload)
+	}
 	rfd, dst, err := fam.listen()
 	if err != nil {
 		return r, err
@@ -212,14 +209,15 @@ type family struct {
 	domain           int
 	send, recv       unix.Sockaddr // the sending and the reading socket's address, port 0
 	sendName, recvIP string
+	maxPayload       int // the largest UDP payload: 65535 less the UDP header, and the IPv4 header
 }
 
 func newFamily(ipv6 bool) family {
 	if ipv6 {
 		lo := unix.SockaddrInet6{Addr: [16]byte{15: 1}}
-		return family{unix.AF_INET6, &lo, &unix.SockaddrInet6{Addr: lo.Addr}, "[::1]", "[::1]"}
+		return family{unix.AF_INET6, &lo, &unix.SockaddrInet6{Addr: lo.Addr}, "[::1]", "[::1]", 65535 - 8}
 	}
-	return family{unix.AF_INET, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 2}}, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}, "127.0.0.2", "127.0.0.1"}
+	return family{unix.AF_INET, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 2}}, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}, "127.0.0.2", "127.0.0.1", 65535 - 20 - 8}
 }
 
 // raw returns dst as a struct sockaddr for a message header.

@@ -14,6 +14,8 @@ func TestRun(t *testing.T) {
 		{size: 1024, gso: 1, per: 16, socks: 1},
 		{size: 1024, gso: 1, per: 4, socks: 3, connect: true},
 		{size: 4112, gso: 15, first: true, per: 1, socks: 2},
+		{size: 1024, gso: 1, per: 16, socks: 1, ipv6: true},
+		{size: 4095, gso: 16, per: 1, socks: 1, ipv6: true}, // 65,520 bytes: too many for IPv4, not for IPv6
 	} {
 		c.dur = 50 * time.Millisecond
 		r, err := run(c)
@@ -50,6 +52,8 @@ func TestRunRejects(t *testing.T) {
 		{size: 0, gso: 1, per: 1, socks: 1, dur: time.Millisecond},
 		{size: 1024, gso: 1, per: 0, socks: 1, dur: time.Millisecond},
 		{size: 4112, gso: 16, per: 1, socks: 1, dur: time.Millisecond},
+		{size: 4095, gso: 16, per: 1, socks: 1, dur: time.Millisecond},
+		{size: 4096, gso: 16, per: 1, socks: 1, ipv6: true, dur: time.Millisecond},
 	} {
 		if _, err := run(c); err == nil {
 			t.Errorf("%+v: no error", c)
