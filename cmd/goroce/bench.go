@@ -92,11 +92,17 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if *replot != "" {
 		return runReplot(*replot, *plot, stdout, stderr)
 	}
+	var tc *bench.TargetsConfig
 	if *targets {
-		return runTargetsFlags(fs, cfg, targetFlags{size: *size, iters: *iters, latIters: *latIters, rateIters: *rateIters, rounds: *rounds,
-			qps: *qpList, veth: *veth, vethMTU: *vethMTU}, stdout, stderr)
+		t, err := targetsConfig(fs, cfg, targetFlags{size: *size, iters: *iters, latIters: *latIters, rateIters: *rateIters, rounds: *rounds, qps: *qpList})
+		if err != nil {
+			fmt.Fprintf(stderr, "goroce bench: %v\n", err)
+			return 2
+		}
+		tc = &t
 	}
 	network := "loopback"
+	var vp *netns.Veth
 	if *veth {
 		addrsSet := false
 		fs.Visit(func(f *flag.Flag) { addrsSet = addrsSet || f.Name == "addrs" })
@@ -104,8 +110,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "goroce bench: -veth picks the addresses and runs over UDP: it excludes -addrs and -samehost (the same-host path joins devices of one namespace)")
 			return 2
 		}
-		vp, err := netns.NewVeth("goroce-bench", vethServer, vethClient, *vethMTU)
-		if err != nil {
+		if vp, err = netns.NewVeth("goroce-bench", vethServer, vethClient, *vethMTU); err != nil {
 			fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
 			return 1
 		}
@@ -114,6 +119,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		cfg.Server, cfg.Client = vp.A, vp.B
 		cfg.ServerNS, cfg.ClientNS = vp.NSA, vp.NSB
 		network = fmt.Sprintf("veth between two namespaces, MTU %d", *vethMTU)
+	}
+	if tc != nil {
+		tc.Server, tc.Client, tc.Network, tc.Veth = cfg.Server, cfg.Client, network, vp != nil
+		return runTargets(*tc, vp, stdout, stderr)
 	}
 	if *rounds < 1 || *rounds > 1 && (*cpuProfile != "" || *traceFile != "") {
 		fmt.Fprintf(stderr, "goroce bench: -rounds %d: want 1 or more, and 1 with -cpuprofile or -trace\n", *rounds)
@@ -184,26 +193,22 @@ func deleteOnSignal(v *netns.Veth, stderr io.Writer) (stop func()) {
 	}
 }
 
-// targetFlags are the values of the flags goroce bench -targets takes.
+// targetFlags are the values of the flags goroce bench -targets takes
+// besides those of the network (-addrs, -samehost, -veth).
 type targetFlags struct {
 	size, iters, latIters, rateIters, rounds int
 	qps                                      string
-	veth                                     bool
-	vethMTU                                  int
 }
 
-// runTargetsFlags is goroce bench -targets: it refuses the flags that do
-// not apply (fs holds those set), makes the veth pair with -veth, and runs
-// the targets.
-func runTargetsFlags(fs *flag.FlagSet, cfg bench.Config, f targetFlags, stdout, stderr io.Writer) int {
-	tc := bench.TargetsConfig{Rounds: f.rounds, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Size: f.size, RateIters: f.rateIters}
+// targetsConfig checks the flags of goroce bench -targets (fs holds those
+// set) and returns its configuration, whose addresses and network the
+// caller sets.
+func targetsConfig(fs *flag.FlagSet, cfg bench.Config, f targetFlags) (bench.TargetsConfig, error) {
+	tc := bench.TargetsConfig{Rounds: f.rounds, SameHost: cfg.SameHost, Size: f.size, RateIters: f.rateIters}
 	allowed := map[string]bool{"targets": true, "s": true, "n": true, "lat-n": true, "rate-n": true, "qps": true, "rounds": true, "samehost": true, "addrs": true, "veth": true, "veth-mtu": true}
 	var err error
-	addrsSet := false
 	fs.Visit(func(fl *flag.Flag) {
 		switch {
-		case fl.Name == "addrs":
-			addrsSet = true
 		case !allowed[fl.Name]:
 			err = fmt.Errorf("-%s does not apply to -targets", fl.Name)
 		case fl.Name == "n":
@@ -218,25 +223,7 @@ func runTargetsFlags(fs *flag.FlagSet, cfg bench.Config, f targetFlags, stdout, 
 	if err == nil && (f.rounds < 1 || f.size < 1 || f.rateIters < 1 || f.iters < 1 || f.latIters < 1) {
 		err = fmt.Errorf("-rounds, -s, -n, -lat-n and -rate-n want positive numbers")
 	}
-	if err == nil && f.veth && (cfg.SameHost || addrsSet) {
-		err = fmt.Errorf("-veth picks the addresses and runs over UDP: it excludes -addrs and -samehost")
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
-		return 2
-	}
-	if !f.veth {
-		return runTargets(tc, nil, stdout, stderr)
-	}
-	vp, err := netns.NewVeth("goroce-bench", vethServer, vethClient, f.vethMTU)
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
-		return 1
-	}
-	stop := deleteOnSignal(vp, stderr)
-	defer stop()
-	tc.Server, tc.Client, tc.Network, tc.Veth = vp.A, vp.B, fmt.Sprintf("veth between two namespaces, MTU %d", f.vethMTU), true
-	return runTargets(tc, vp, stdout, stderr)
+	return tc, err
 }
 
 // runTargets is goroce bench -targets: each end runs as this program's
