@@ -87,7 +87,34 @@ const (
 	// shmSocketPolls: with same-host channels open, a busy poller reads
 	// the socket on one poll in this many (readLocked).
 	shmSocketPolls = 8
+
+	// shmPrefetchAhead and shmPrefetchLines: the producer, having
+	// written a slot, asks the CPU for the slot shmPrefetchAhead further
+	// on, to be written; the consumer, reading one, for the slot as far
+	// on, if it is published. The prefetch covers as many cache lines as
+	// the packet in hand takes (the next ones are likely its size), at
+	// most shmPrefetchLines: past that, a copy is long enough for the
+	// CPU's own prefetcher. A slot's lines move between the cores every
+	// time around the ring (the consumer read them last, the producer
+	// wrote them last), and without the hint each store of a small
+	// packet waited for one: 64-byte WRITEs between two processes,
+	// 1.82 M/s with it against 1.51 (6 rotated rounds; PREFETCHT0 for
+	// the producer's, 1.60), the client's CPU per message 0.54 µs
+	// against 0.64.
+	shmPrefetchAhead = 4
+	shmPrefetchLines = 8
 )
+
+// prefetchSlot asks the CPU for the lines that a packet of size bytes
+// takes in slot, to be written or read.
+func prefetchSlot(slot []byte, size int, write bool) {
+	lines := min((shmSlotHdr+size+63)/64, shmPrefetchLines)
+	if write {
+		prefetchWrite(&slot[0], lines)
+	} else {
+		prefetchRead(&slot[0], lines)
+	}
+}
 
 // A dialing sender writes a hello, with the memfd and the eventfd as
 // rights: magic, version, ring geometry (slots, slot size) and its IP
@@ -490,6 +517,9 @@ func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort) int {
 		tail := p.Buf[split : len(p.Buf)-wire.ICRCLen]
 		wire.PutICRC(pkt, f.ICRCCopy(pkt[:size-wire.ICRCLen], p.Buf[:split], p.Payload, tail))
 		o.tail++
+		if o.tail+shmPrefetchAhead-o.head < shmSlots { // not a slot the consumer may still read
+			prefetchSlot(r.slot(o.tail+shmPrefetchAhead), size, true)
+		}
 	}
 	if n > 0 {
 		r.u64(shmOffTail).Store(o.tail)
@@ -625,6 +655,9 @@ func (s *sameHost) read(pkts []Packet, lend bool) int {
 			if size < minPacket || size > MaxPacket {
 				c.malformed++
 				continue
+			}
+			if tail-at > shmPrefetchAhead {
+				prefetchSlot(r.slot(at+shmPrefetchAhead), size, false)
 			}
 			sport := binary.LittleEndian.Uint16(slot[4:])
 			src := netip.AddrPortFrom(in.peer, sport)

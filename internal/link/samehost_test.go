@@ -488,3 +488,19 @@ func FuzzSameHostRing(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSameHost streams batches of equal packets through a same-host
+// ring, the writer and the reader on goroutines of their own (on a
+// machine with two or more CPUs, on two cores: the ring's lines move
+// between them as they do between two processes).
+func BenchmarkSameHost(b *testing.B) {
+	for _, size := range []int{64, 1024, 4096} {
+		b.Run(strconv.Itoa(size)+"B", func(b *testing.B) {
+			x, y := udpPairConfig(b, "127.0.0.1", "127.0.0.2", UDPConfig{SameHost: true})
+			benchStream(b, x, y, size)
+			if s := x.Stats(); s.SameHostSent == 0 {
+				b.Fatalf("nothing went through the ring: %+v", s)
+			}
+		})
+	}
+}
