@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/internal/prefetch"
 	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -108,11 +109,11 @@ const (
 // prefetchSlot asks the CPU for the lines that a packet of size bytes
 // takes in slot, to be written or read.
 func prefetchSlot(slot []byte, size int, write bool) {
-	lines := min((shmSlotHdr+size+63)/64, shmPrefetchLines)
+	lines := min((shmSlotHdr+size+prefetch.LineSize-1)/prefetch.LineSize, shmPrefetchLines)
 	if write {
-		prefetchWrite(&slot[0], lines)
+		prefetch.Write(unsafe.Pointer(&slot[0]), lines)
 	} else {
-		prefetchRead(&slot[0], lines)
+		prefetch.Read(unsafe.Pointer(&slot[0]), lines)
 	}
 }
 

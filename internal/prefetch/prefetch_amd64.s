@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// func prefetchW(p *byte, lines int)
+// func prefetchW(p unsafe.Pointer, lines int)
 TEXT ·prefetchW(SB), NOSPLIT, $0-16
 	MOVQ p+0(FP), AX
 	MOVQ lines+8(FP), CX
@@ -17,7 +17,7 @@ loop:
 done:
 	RET
 
-// func prefetchT0(p *byte, lines int)
+// func prefetchT0(p unsafe.Pointer, lines int)
 TEXT ·prefetchT0(SB), NOSPLIT, $0-16
 	MOVQ p+0(FP), AX
 	MOVQ lines+8(FP), CX
