@@ -629,8 +629,8 @@ func (w *worker) answers() bool { return w.lastReq != 0 && nanotime()-w.lastReq 
 // onlyAcks reports whether tx holds packets and all of them are ACKs
 // without payload.
 func (w *worker) onlyAcks() bool {
-	for _, p := range w.tx {
-		if wire.BTH(p.Buf).Opcode() != wire.OpAcknowledge {
+	for i := range w.tx {
+		if wire.BTH(w.tx[i].Buf).Opcode() != wire.OpAcknowledge {
 			return false
 		}
 	}

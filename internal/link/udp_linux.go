@@ -729,8 +729,8 @@ func (u *UDP) sendPlain(rc *sockFD, src netip.AddrPort, pkts []Packet) (int, uin
 	sent, bytes := 0, uint64(0)
 	for sent < len(pkts) {
 		k, err := m.writeTo(rc, sent, len(pkts)-sent)
-		for _, p := range pkts[sent : sent+k] {
-			bytes += uint64(len(p.Buf))
+		for i := range pkts[sent : sent+k] {
+			bytes += uint64(len(pkts[sent+i].Buf))
 		}
 		sent += k
 		if err != nil {
@@ -786,8 +786,8 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 	for off := 0; off < nm; {
 		k, werr := m.writeTo(rc, off, nm-off)
 		for _, c := range m.segs[off : off+k] {
-			for _, p := range pkts[sent : sent+int(c)] {
-				bytes += uint64(p.size()) // a staged packet still has its payload aside
+			for i := sent; i < sent+int(c); i++ {
+				bytes += uint64(pkts[i].size()) // a staged packet still has its payload aside
 			}
 			sent += int(c)
 		}
