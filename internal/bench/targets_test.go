@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"errors"
+	"io"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -104,6 +106,73 @@ func TestEndEnv(t *testing.T) {
 		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("sameHost %v: %q, want %q", tc.sameHost, got, tc.want)
+		}
+	}
+}
+
+// TestTargetsOrder runs Targets on fake ends, shell commands that print
+// what the real ones print, and checks what only the run's order shows:
+// in the first round goroce's end of each pair that TCP is measured
+// against starts first, in the second TCP's, and the rest follow in
+// order; and each figure an end prints lands in its round.
+func TestTargetsOrder(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip(err)
+	}
+	var started []string
+	fake := func(server bool, args ...string) *exec.Cmd {
+		what := args[0]
+		if what == "perftest" {
+			what = args[1]
+		}
+		if server {
+			what += " server"
+		}
+		started = append(started, what)
+		var out string
+		switch {
+		case server && args[0] == "perftest":
+			out = "Waiting for client\n"
+		case server:
+			out = "port 5001\n"
+		case what == "ib_write_bw" && slices.Contains(args, "64"):
+			out = " 64 1000 0.00 61.04 1.000000\n"
+		case what == "ib_write_bw" && slices.Contains(args, "-q"):
+			out = " 65536 2560 0.00 1500.00 0.024000\n"
+		case what == "ib_write_bw":
+			out = " 65536 40960 0.00 2000.00 0.032000\n"
+		case what == "ib_write_lat":
+			out = " 2 20000 2.00 90.00 5.00 5.50 1.00 9.00 20.00\n"
+		case what == "tcp-source":
+			out = "MiB/s 1000\n"
+		case what == "tcp-ping":
+			out = "t_typical 10\n"
+		default:
+			t.Errorf("unexpected end %q", args)
+		}
+		return exec.Command(sh, "-c", "printf '"+out+"'")
+	}
+	rounds, err := Targets(TargetsConfig{Command: fake, Rounds: 2, QPs: []int{16}}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroceFirst := []string{
+		"ib_write_bw server", "ib_write_bw", "tcp-sink server", "tcp-source",
+		"ib_write_lat server", "ib_write_lat", "tcp-echo server", "tcp-ping",
+		"ib_write_bw server", "ib_write_bw", "ib_write_bw server", "ib_write_bw",
+	}
+	tcpFirst := []string{
+		"tcp-sink server", "tcp-source", "ib_write_bw server", "ib_write_bw",
+		"tcp-echo server", "tcp-ping", "ib_write_lat server", "ib_write_lat",
+		"ib_write_bw server", "ib_write_bw", "ib_write_bw server", "ib_write_bw",
+	}
+	if want := append(slices.Clone(goroceFirst), tcpFirst...); !slices.Equal(started, want) {
+		t.Errorf("ends started in the order\n%q, want\n%q", started, want)
+	}
+	for i, r := range rounds {
+		if r.BW != 2000 || r.TCPBW != 1000 || r.Lat != 5 || r.TCPLat != 10 || r.Rate != 1 || !slices.Equal(r.QPBW, []float64{1500}) {
+			t.Errorf("round %d: %+v", i+1, *r)
 		}
 	}
 }
