@@ -9,10 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestNeverFaults: a prefetch is a hint, whatever it covers. The same-host
-// ring asks for lines of slots ahead without knowing their packets'
-// sizes, so a request may run past what is mapped; here it runs from the
-// last line of a page into one that is not accessible.
+// TestNeverFaults: a prefetch is a hint, whatever it covers: a request
+// that runs from the last line of a page into one that is not accessible
+// does not fault, and counts of zero or less ask for nothing.
 func TestNeverFaults(t *testing.T) {
 	page := unix.Getpagesize()
 	mem, err := unix.Mmap(-1, 0, 2*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
