@@ -697,9 +697,8 @@ func (w *worker) handleEvent(ev event) {
 				w.dev.icrc.CountICRCError()
 			case err != nil || qp == nil:
 				w.dev.stats.Inc(stats.Malformed)
-			case w.rxCur >= 0:
-				w.rxPkts++
-				w.rxBytes += uint64(len(b))
+			default:
+				w.takeCur()
 			}
 			w.rxCur = -1
 			if !ev.batch.lent[i] {
@@ -732,15 +731,21 @@ func (w *worker) handleEvent(ev event) {
 // path), is known good by then: the transport completes nothing for a
 // packet it dropped.
 func (w *worker) countRx() {
-	if w.rxCur >= 0 {
-		w.rxPkts++
-		w.rxBytes += uint64(w.rxCur)
-		w.rxCur = -1
-	}
+	w.takeCur()
 	if w.rxPkts > 0 {
 		w.dev.stats.Add(stats.RcvdPkts, w.rxPkts)
 		w.dev.stats.Add(stats.RcvdBytes, w.rxBytes)
 		w.rxPkts, w.rxBytes = 0, 0
+	}
+}
+
+// takeCur adds the packet being handled (rxCur), unless a completion it
+// brought has counted it already, to those received in the batch.
+func (w *worker) takeCur() {
+	if w.rxCur >= 0 {
+		w.rxPkts++
+		w.rxBytes += uint64(w.rxCur)
+		w.rxCur = -1
 	}
 }
 
