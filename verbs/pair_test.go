@@ -326,7 +326,7 @@ func TestRemoteWritesPolling(t *testing.T) {
 			if n := b.mr.RemoteWrites(); n != 0 {
 				t.Fatalf("fresh MR: RemoteWrites = %d", n)
 			}
-			const size = 3000 // three packets: counted once, after the last
+			const size = 3000 // three packets: one message, or three over UDP (Config.WholeWrites)
 			sleep := func() { time.Sleep(10 * time.Microsecond) }
 			ping := func(from, to *endpoint, i int) {
 				pingWrite(t, from, to, i, size, sleep)
@@ -344,8 +344,8 @@ func TestRemoteWritesPolling(t *testing.T) {
 
 // pingWrite RDMA WRITEs size bytes from from's buffer (at 32 KiB) to the
 // start of to's, the last byte being i, and waits, calling idle between
-// looks, until to's MR has counted i remote writes; then it checks the
-// byte.
+// looks, until to's MR has counted the bytes of i remote writes (and at
+// least i messages); then it checks the byte.
 func pingWrite(t *testing.T, from, to *endpoint, i, size int, idle func()) {
 	t.Helper()
 	// Each round sends from a source of its own (as many as fit), as a
@@ -358,11 +358,14 @@ func pingWrite(t *testing.T, from, to *endpoint, i, size int, idle func()) {
 		SGL: []SGE{from.mr.SGE(src, size)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}})
 	must(t, err)
 	deadline := time.Now().Add(5 * time.Second)
-	for to.mr.RemoteWrites() != uint64(i) {
+	for to.mr.RemoteWriteBytes() != uint64(i*size) {
 		if time.Now().After(deadline) {
-			t.Fatalf("write %d: RemoteWrites = %d", i, to.mr.RemoteWrites())
+			t.Fatalf("write %d: RemoteWriteBytes = %d, want %d", i, to.mr.RemoteWriteBytes(), i*size)
 		}
 		idle()
+	}
+	if n := to.mr.RemoteWrites(); n < uint64(i) {
+		t.Fatalf("write %d: RemoteWrites = %d with every byte counted", i, n)
 	}
 	if got := to.buf[size-1]; got != byte(i) {
 		t.Fatalf("write %d: last byte %d", i, got)

@@ -80,8 +80,18 @@ func (mr *MR) Bytes() []byte { return mr.r.Bytes() }
 // no completion here, so a program that waits for one polls memory, as
 // perftest's write latency test does; it must see this count change before
 // it reads the bytes, which orders the read after the write under the Go
-// memory model (and keeps the race detector quiet).
+// memory model (and keeps the race detector quiet). One work request of
+// the peer may arrive as several messages: see RemoteWriteBytes.
 func (mr *MR) RemoteWrites() uint64 { return mr.r.RemoteWrites() }
+
+// RemoteWriteBytes returns how many bytes the RDMA WRITE messages that
+// RemoteWrites counts have placed. A peer may send one RDMA WRITE work
+// request as several messages: goroce over UDP sends each packet of an RC
+// WRITE as a message of its own (Config.WholeWrites), while rxe sends one.
+// A program that waits for a peer's WRITE of n bytes, and reads them, waits
+// for this count to grow by n: then every message of it is counted, and
+// the reads are ordered after its bytes whatever the peer's framing.
+func (mr *MR) RemoteWriteBytes() uint64 { return mr.r.RemoteWriteBytes() }
 
 // WaitRemoteWrites blocks until RemoteWrites differs from seen or ctx ends,
 // and returns the count; a poller that has spun long enough sleeps here.

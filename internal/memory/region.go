@@ -34,9 +34,11 @@ type registration struct {
 	addr   uint64 // address of buf[0] as peers see it
 	buf    []byte // len == cap
 	valid  atomic.Bool
-	// remoteWrites counts RDMA WRITE messages placed in this registration;
-	// waiters > 0 asks NoteRemoteWrite to signal written.
+	// remoteWrites counts RDMA WRITE messages placed in this registration,
+	// remoteBytes their bytes; waiters > 0 asks NoteRemoteWrite to signal
+	// written.
 	remoteWrites atomic.Uint64
+	remoteBytes  atomic.Uint64
 	waiters      atomic.Int32
 	written      chan struct{} // capacity 1, made on first wait
 	writtenOnce  sync.Once
@@ -63,11 +65,13 @@ func (r *Region) Addr() uint64 { return r.g.Load().addr }
 // Len returns the length of the region in bytes.
 func (r *Region) Len() int { return len(r.g.Load().buf) }
 
-// NoteRemoteWrite records that an RDMA WRITE message has been placed in the
-// region. The responder calls it after the last byte of the message is in
-// memory.
-func (r *Region) NoteRemoteWrite() {
+// NoteRemoteWrite records that an RDMA WRITE message of n bytes has been
+// placed in the region. The responder calls it after the last byte of the
+// message is in memory. The bytes are counted before the message, so that
+// a reader that saw the count change finds them counted.
+func (r *Region) NoteRemoteWrite(n uint64) {
 	g := r.g.Load()
+	g.remoteBytes.Add(n)
 	g.remoteWrites.Add(1)
 	if g.waiters.Load() > 0 {
 		select {
@@ -102,6 +106,13 @@ func (r *Region) WaitRemoteWrite(seen uint64, done <-chan struct{}) uint64 {
 // it reads: the count's atomic update orders the read after the bytes of
 // every counted message under the Go memory model.
 func (r *Region) RemoteWrites() uint64 { return r.g.Load().remoteWrites.Load() }
+
+// RemoteWriteBytes returns how many bytes the messages RemoteWrites counts
+// carried. A peer may send one RDMA WRITE work request as several messages
+// (a goroce peer over UDP does: transport.Path.SplitWrites), so a program
+// that waits for a work request of n bytes waits for this count to grow
+// by n; like RemoteWrites, it orders the reads that follow after the bytes.
+func (r *Region) RemoteWriteBytes() uint64 { return r.g.Load().remoteBytes.Load() }
 
 // Access returns the access rights the region was registered with.
 func (r *Region) Access() Access { return r.g.Load().access }

@@ -42,7 +42,7 @@ func (s *side) stalled() error {
 	for _, qp := range s.qps {
 		fmt.Fprintf(&b, "\n QP %#x: %s", qp.QPN(), qp.Debug())
 	}
-	fmt.Fprintf(&b, "\n MR remote writes %d", s.mr.RemoteWrites())
+	fmt.Fprintf(&b, "\n MR remote writes %d (%d bytes, %d seen)", s.mr.RemoteWrites(), s.mr.RemoteWriteBytes(), s.consumed)
 	return fmt.Errorf("%w%s", errStalled, b.String())
 }
 
@@ -70,7 +70,7 @@ type side struct {
 	gidIdx   int
 	wc       []verbs.WC
 	rq       []int          // receives outstanding per QP
-	consumed uint64         // peer WRITEs a latency test has seen (MR.RemoteWrites)
+	consumed uint64         // bytes of peer WRITEs a latency test has seen (MR.RemoteWriteBytes)
 	rwr      []verbs.RecvWR // reused by postRecvs
 	t0       time.Time
 	busy     time.Duration // how long a wait busy-polls the device before it blocks; 0: it does not
@@ -707,23 +707,28 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 	if dc != nil {
 		until = dc.end
 	}
-	// waitWrite waits for the peer's next RDMA WRITE: s.consumed counts
-	// the ones already seen, so one that lands before this side starts
-	// waiting (the peer moves on first) is not missed.
+	// waitWrite waits for the peer's next RDMA WRITE of size bytes:
+	// s.consumed counts the bytes of those already seen, so one that lands
+	// before this side starts waiting (the peer moves on first) is not
+	// missed. It counts bytes, not messages: a goroce peer over UDP sends
+	// a WRITE as one message per packet (verbs.Config.WholeWrites), and
+	// the poll byte is read only once every one of them is counted.
+	arrived := func() bool { return s.mr.RemoteWriteBytes()-s.consumed >= uint64(size) }
 	waitWrite := func(want byte) error {
 		deadline := time.Now().Add(stallTimeout)
 		if !until.IsZero() {
 			deadline = until
 		}
 		for spins := 0; ; spins++ {
-			if s.mr.RemoteWrites() > s.consumed {
-				s.consumed++
+			seen := s.mr.RemoteWrites() // before the bytes: one counted after them changes it
+			if arrived() {
+				s.consumed += uint64(size)
 				if pollByte[0] == want {
 					return nil
 				}
 				continue
 			}
-			if s.busy > 0 && s.dev.BusyPoll(s.busy, func() bool { return s.mr.RemoteWrites() > s.consumed }) {
+			if s.busy > 0 && s.dev.BusyPoll(s.busy, arrived) {
 				continue
 			}
 			if spins < spinPolls && !p.Events {
@@ -731,7 +736,7 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 				continue
 			}
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			_, err := s.mr.WaitRemoteWrites(ctx, s.consumed)
+			_, err := s.mr.WaitRemoteWrites(ctx, seen)
 			cancel()
 			if err != nil {
 				if !until.IsZero() {

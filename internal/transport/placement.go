@@ -40,18 +40,34 @@ func NewPlacement(llc int) *Placement {
 	return &Placement{Distance: uint64(llc) / 3}
 }
 
-// cold accounts a WRITE message of n bytes to a QP whose previous one
-// ended at clock *last (0: none) and reports whether its target is likely
-// out of cache.
-func (p *Placement) cold(last *uint64, n uint64) bool {
+// reuse is what Placement keeps of one QP's WRITEs.
+type reuse struct {
+	last uint64 // the clock after the QP's last WRITE; 0: none yet
+	gap  uint64 // bytes the device placed between the run before and this run's first message
+	run  uint64 // bytes of this run: a message and those that continued it
+}
+
+// cold accounts a WRITE message of n bytes to the QP whose WRITEs u
+// follows and reports whether its target is likely out of cache.
+//
+// A message that continues the QP's previous one (cont: it starts where
+// that one ended, as the WRITE_ONLY packets of a split WRITE do,
+// Path.SplitWrites) extends a run: its distance is the run's length so
+// far plus the gap before the run, what the distance of the whole run
+// would have been had it come as one message, as a peer that does not
+// split sends it.
+func (p *Placement) cold(u *reuse, n uint64, cont bool) bool {
 	if p == nil || p.Distance == 0 {
 		return false
 	}
 	now := p.clock.Add(n)
-	d := n
-	if *last != 0 {
-		d += now - n - *last
+	if !cont {
+		u.gap, u.run = 0, 0
+		if u.last != 0 {
+			u.gap = now - n - u.last
+		}
 	}
-	*last = now
-	return d >= p.Distance
+	u.run += n
+	u.last = now
+	return u.run+u.gap >= p.Distance
 }

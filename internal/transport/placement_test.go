@@ -16,42 +16,51 @@ func TestPlacementCold(t *testing.T) {
 		qp   int
 		n    uint64
 		cold bool
+		cont bool // continues the QP's previous message
 	}
 	for _, tc := range []struct {
 		name     string
 		distance uint64
 		msgs     []msg
 	}{
-		{"one QP rewrites its buffer", 1000, []msg{{0, 400, false}, {0, 400, false}, {0, 999, false}, {0, 400, false}}},
-		{"a message as long as the distance", 1000, []msg{{0, 1000, true}, {0, 10, false}, {1, 5000, true}}},
+		{"one QP rewrites its buffer", 1000, []msg{{0, 400, false, false}, {0, 400, false, false}, {0, 999, false, false}, {0, 400, false, false}}},
+		{"a message as long as the distance", 1000, []msg{{0, 1000, true, false}, {0, 10, false, false}, {1, 5000, true, false}}},
 		{"QPs in turn", 1000, []msg{
-			{0, 300, false}, {1, 300, false}, {2, 300, false},
-			{0, 300, false}, // 600 placed by others since, plus its own 300
-			{1, 300, false},
-			{2, 300, false},
+			{0, 300, false, false}, {1, 300, false, false}, {2, 300, false, false},
+			{0, 300, false, false}, // 600 placed by others since, plus its own 300
+			{1, 300, false, false},
+			{2, 300, false, false},
 		}},
 		{"more QPs in turn", 1000, []msg{
-			{0, 300, false}, {1, 300, false}, {2, 300, false}, {3, 300, false},
-			{0, 300, true}, // 900 + 300
-			{1, 300, true},
-			{1, 300, false}, // its own again at once
-			{0, 300, false}, // 300 since its last
+			{0, 300, false, false}, {1, 300, false, false}, {2, 300, false, false}, {3, 300, false, false},
+			{0, 300, true, false}, // 900 + 300
+			{1, 300, true, false},
+			{1, 300, false, false}, // its own again at once
+			{0, 300, false, false}, // 300 since its last
 		}},
-		{"distance 0", 0, []msg{{0, 1 << 40, false}, {1, 1, false}, {0, 1, false}}},
+		{"a run of messages", 1000, []msg{
+			{0, 400, false, false}, {0, 400, false, true}, {0, 400, true, true}, // 1200 in one run
+			{0, 400, false, false}, // a new run: its own 400
+			{1, 300, false, false},
+			{0, 300, false, false}, {0, 400, true, true}, // 300 by QP 1 since, then 700 of its own
+			{2, 100, false, false},
+			{0, 300, true, true}, // the run goes on: QP 2's 100 in it does not count
+		}},
+		{"distance 0", 0, []msg{{0, 1 << 40, false, false}, {1, 1, false, false}, {0, 1, false, false}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Placement{Distance: tc.distance}
-			last := make([]uint64, 4)
+			qps := make([]reuse, 4)
 			for i, m := range tc.msgs {
-				if got := p.cold(&last[m.qp], m.n); got != m.cold {
+				if got := p.cold(&qps[m.qp], m.n, m.cont); got != m.cold {
 					t.Fatalf("message %d (QP %d, %d bytes): cold %v, want %v", i, m.qp, m.n, got, m.cold)
 				}
 			}
 		})
 	}
 	var none *Placement
-	var last uint64
-	if none.cold(&last, 1<<40) {
+	var u reuse
+	if none.cold(&u, 1<<40, false) {
 		t.Error("a nil Placement judged a message cold")
 	}
 	if p := NewPlacement(30 << 20); p.Distance != 10<<20 {

@@ -36,7 +36,8 @@ type responder struct {
 	writeOff uint64
 	writeMR  *memory.Region // the region r.write lies in, told when the message is placed
 	writeNT  bool           // place r.write with non-temporal stores (Placement)
-	placed   uint64         // Placement's clock after this QP's last WRITE
+	writeEnd uint64         // the VA one past the last WRITE placed in writeMR
+	reuse    reuse          // what Placement keeps of this QP's WRITEs
 
 	readQ    []respJob // responses waiting to be sent, in PSN order
 	stats    *stats.Counters
@@ -307,7 +308,11 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 		qp.rejectRequest(p, pn, errQPAccess)
 		return
 	}
+	// cont: this message starts in the region where the QP's previous
+	// WRITE ended, as each WRITE_ONLY of a split WRITE does (Path.SplitWrites).
+	cont := false
 	if p.RETH != nil {
+		prevMR, prevNT := r.writeMR, r.writeNT
 		r.write, r.writeMR, r.writeOff, r.writeNT = nil, nil, 0, false
 		// IBA 9.7.5.2.2: a zero-length WRITE checks no R_Key.
 		if n := uint64(p.RETH.DMALen()); n > 0 {
@@ -316,6 +321,8 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 				return
 			}
 			r.write, r.writeMR = b, mr
+			cont = mr == prevMR && p.RETH.VA() == r.writeEnd
+			r.writeNT = cont && prevNT
 		}
 	}
 	n := uint64(len(p.Payload))
@@ -329,10 +336,13 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 		return // RNR: nothing placed yet; the requester resends this packet
 	}
 	first := p.RETH != nil && len(r.write) > 0
+	countNT := false
 	if first {
 		// Decided once the message is sure to be placed: a packet an RNR
 		// NAK sends back is not counted twice.
-		r.writeNT = qp.cfg.Placement.cold(&r.placed, uint64(len(r.write)))
+		wasNT := r.writeNT // a run that continues, already cold, is not counted again
+		r.writeNT = qp.cfg.Placement.cold(&r.reuse, uint64(len(r.write)), cont)
+		countNT = r.writeNT && !wasNT
 	}
 	var ok bool
 	if r.writeNT {
@@ -343,12 +353,15 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	if !ok {
 		return // a deferred ICRC was wrong: dropped, nothing else changed
 	}
-	if first && r.writeNT {
+	if first {
+		r.writeEnd = p.RETH.VA() + uint64(len(r.write))
+	}
+	if countNT {
 		qp.cfg.Stats.Inc(stats.ColdWrites)
 	}
 	r.writeOff += n
 	if last && r.writeMR != nil {
-		r.writeMR.NoteRemoteWrite()
+		r.writeMR.NoteRemoteWrite(uint64(len(r.write)))
 	}
 	qp.accept(p, pn)
 	if p.ImmDt != nil {
