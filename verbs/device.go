@@ -61,6 +61,14 @@ type Config struct {
 	// CAP_SYS_ADMIN (root); one process can so hold devices in several,
 	// as `goroce bench -veth` does.
 	NetNS string
+	// WholeWrites sends every RC RDMA WRITE as one message (FIRST,
+	// MIDDLE…, LAST), as rxe and RoCE NICs do. Without it, over UDP with
+	// GSO, goroce sends each packet of a WRITE of more than one packet as
+	// a WRITE_ONLY of its own, so that a run of them is one size and goes
+	// to the kernel as one datagram (docs/ARCHITECTURE.md, "Split
+	// WRITEs"). The environment variable GOROCE_WHOLE_WRITES=1 turns it
+	// on for programs that do not set it themselves.
+	WholeWrites bool
 	// Link, when set, replaces the UDP socket: tests use in-memory links.
 	// It is an internal type; programs outside goroce leave it nil.
 	Link link.Link
@@ -206,6 +214,7 @@ type Device struct {
 	link  link.Link
 	shm   interface{ SameHostActive() bool } // link, if it has a same-host path; else nil
 	icrc  link.ICRCDeferrer                  // link, if it can leave ICRC checks to the device; else nil
+	seg   link.Segmenter                     // link, if it segments and Config.WholeWrites is off; else nil
 	mem   *memory.Table
 	attr  DeviceAttr
 	port  PortAttr
@@ -311,6 +320,9 @@ func Open(cfg Config) (*Device, error) {
 		d.link = l
 	}
 	d.shm, _ = d.link.(interface{ SameHostActive() bool })
+	if seg, ok := d.link.(link.Segmenter); ok && !cfg.WholeWrites && os.Getenv("GOROCE_WHOLE_WRITES") != "1" {
+		d.seg = seg
+	}
 	if d.icrc, _ = d.link.(link.ICRCDeferrer); d.icrc != nil {
 		// The transport checks such packets while it places their
 		// payload (wire.Packet.CopyPayload), and all others before it
@@ -319,6 +331,13 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.disp = newDispatcher(d, cfg.Workers)
 	return d, nil
+}
+
+// splitWrites reports whether RC QPs sending to peer split their RDMA
+// WRITEs into WRITE_ONLY packets (transport.Path.SplitWrites): the link
+// sends runs of one size to peer as one datagram.
+func (d *Device) splitWrites(peer netip.AddrPort) bool {
+	return d.seg != nil && d.seg.Segments(peer)
 }
 
 // closeEarly releases what Open took before it failed.

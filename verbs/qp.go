@@ -321,6 +321,7 @@ func (qp *QP) path(a *QPAttr) (transport.Path, error) {
 		return p, fmt.Errorf("bad DGID %v", a.AH.DGID)
 	}
 	p.Peer = netip.AddrPortFrom(peer, qp.dev.cfg.Port)
+	p.SplitWrites = qp.init.Type == QPTypeRC && qp.dev.splitWrites(p.Peer)
 	if p.MTU == 0 {
 		p.MTU = 256
 	}

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -148,7 +149,8 @@ func firstMessage(all exchange) exchange {
 // TestWireMatchesRxe captures goroce's own UDP traffic for the operations
 // of the golden captures (MTU 1024, 5000-byte messages, 8-byte atomics),
 // checks every ICRC, and compares each operation's packet sequence with
-// the one Linux rxe sent.
+// the one Linux rxe sent. The devices frame WRITEs as rxe does
+// (Config.WholeWrites); TestWireSplitWrites checks goroce's own framing.
 func TestWireMatchesRxe(t *testing.T) {
 	tests := []struct {
 		golden string
@@ -179,7 +181,8 @@ func TestWireMatchesRxe(t *testing.T) {
 			if len(want) < 2 {
 				t.Fatalf("golden exchange of %s has %d packets", tt.golden, len(want))
 			}
-			da, db := newUDPDevices(t)
+			ha, hb := sameHostAddrs()
+			da, db := openPair(t, Config{Addr: ha, WholeWrites: true}, Config{Addr: hb, WholeWrites: true})
 			stop := startCapture(t, da.Addr().Addr().String(), db.Addr().Addr().String())
 			a, b := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
 			connect(t, a, b, MTU1024)
@@ -199,6 +202,69 @@ func TestWireMatchesRxe(t *testing.T) {
 				t.Errorf("goroce sent\n  %s\nrxe sent\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 			}
 		})
+	}
+}
+
+// TestWireSplitWrites captures what goroce sends over UDP for an RC RDMA
+// WRITE of 5000 bytes at MTU 1024 with its own framing (Config.WholeWrites
+// off): five RDMA WRITE ONLY packets with correct ICRCs, each with a RETH
+// for its own bytes, AckReq on the last, in fewer datagrams than packets
+// (the point of the framing: one size, one UDP_SEGMENT run); the peer, with
+// every packet a WRITE of its own, acknowledges the last.
+func TestWireSplitWrites(t *testing.T) {
+	da, db := newUDPDevices(t)
+	stop := startCapture(t, da.Addr().Addr().String(), db.Addr().Addr().String())
+	a, b := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
+	connect(t, a, b, MTU1024)
+	fill(a.buf[:5000], 3)
+	_, err := a.qp.PostSend([]SendWR{{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 5000)},
+		RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey()}})
+	must(t, err)
+	if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+		t.Fatalf("WC %+v", wc)
+	}
+	time.Sleep(20 * time.Millisecond)
+	path := stop()
+	got := packetsOf(t, path, da.Addr().Addr().String())
+	want := exchange{
+		"→ RC_RDMA_WRITE_ONLY ackreq=false len=1024", "→ RC_RDMA_WRITE_ONLY ackreq=false len=1024",
+		"→ RC_RDMA_WRITE_ONLY ackreq=false len=1024", "→ RC_RDMA_WRITE_ONLY ackreq=false len=1024",
+		"→ RC_RDMA_WRITE_ONLY ackreq=true len=904", "← RC_ACKNOWLEDGE ackreq=false len=0",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("goroce sent\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	// The RETHs, and the datagrams they went in.
+	r, err := capture.Open(path)
+	must(t, err)
+	defer r.Close()
+	var p wire.Packet
+	datagrams, k := 0, 0
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		must(t, err)
+		if d.DstPort != wire.UDPPort || d.Src.String() != da.Addr().Addr().String() {
+			continue
+		}
+		datagrams++
+		for _, d := range capture.SplitGSO(d) {
+			must(t, p.Parse(d.Payload))
+			va, n := b.mr.Addr()+8+uint64(k*1024), min(5000-k*1024, 1024)
+			if p.RETH == nil || p.RETH.VA() != va || p.RETH.RKey() != b.mr.RKey() || int(p.RETH.DMALen()) != n {
+				t.Errorf("packet %d: RETH %v, want VA %#x, R_Key %#x, length %d", k, p.RETH, va, b.mr.RKey(), n)
+			}
+			k++
+		}
+	}
+	if datagrams >= k {
+		t.Errorf("%d packets in %d datagrams: not segmented", k, datagrams)
+	}
+	t.Logf("%d packets in %d datagrams", k, datagrams)
+	if !bytes.Equal(b.buf[8:5008], a.buf[:5000]) {
+		t.Error("target differs from source")
 	}
 }
 

@@ -196,6 +196,16 @@ type Link interface {
 	Close() error
 }
 
+// Segmenter is implemented by links that can send a run of packets of
+// one size to one peer as a single datagram (UDP with GSO: UDP_SEGMENT).
+// On such a link each datagram, not each byte, is what costs, so the
+// transport keeps the packets of an RC RDMA WRITE one size for it
+// (transport.Path.SplitWrites).
+type Segmenter interface {
+	// Segments reports whether packets to peer go out in such runs.
+	Segments(peer netip.AddrPort) bool
+}
+
 // Lender is implemented by links that can hand received packets over in
 // their own receive memory instead of copying them into the caller's
 // buffers (UDP with UDP_GRO: the packets stay in the super-packets the

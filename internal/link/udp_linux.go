@@ -496,6 +496,26 @@ func (u *UDP) CountICRCError() { u.stats.icrcErrors.Add(1) }
 // to a peer: writes to it cost no system call.
 func (u *UDP) SameHostActive() bool { return u.sh != nil && u.sh.open.Load() > 0 }
 
+// Segments reports whether packets to peer go out as UDP_SEGMENT runs
+// (Segmenter): the socket segments, and peer is not a same-host device,
+// whose ring takes one packet per slot whatever their sizes. A peer counts
+// as same-host when it listens for same-host channels (its rendezvous
+// socket exists), as the first packet to it will find.
+func (u *UDP) Segments(peer netip.AddrPort) bool {
+	u.writeMu.Lock()
+	gso := u.gso
+	u.writeMu.Unlock()
+	if !gso {
+		return false
+	}
+	peer = plain(peer)
+	if u.sh == nil || peer == u.laddr || peer.Addr().Is4() != u.laddr.Addr().Is4() {
+		return true // sameHost.dial's rule: these go over the socket
+	}
+	_, err := os.Stat(socketName(u.sh.dir, peer))
+	return err != nil
+}
+
 // Interrupt implements Link.Interrupt: an eventfd in the link's epoll set
 // ends a wait in progress, and a flag makes the next ReadBatch return at
 // once if no wait was in progress. Either way the socket leaves the epoll

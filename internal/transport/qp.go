@@ -127,6 +127,18 @@ type Path struct {
 	Access          memory.Access // remote operations this QP accepts
 	PKey            uint16
 	QKey            uint32 // UD: the Q_Key incoming datagrams must carry (IBA 10.2.5)
+
+	// SplitWrites sends each packet of an RC RDMA WRITE (without
+	// immediate) of more than one packet as an RDMA WRITE ONLY of its
+	// own, each with a RETH for its own bytes, instead of FIRST,
+	// MIDDLE…, LAST. All the
+	// packets of a run of WRITEs are then one size, which is what UDP
+	// GSO needs to send them as one datagram: a FIRST, 16 bytes longer
+	// for its RETH, otherwise makes every message of three packets or
+	// more two datagrams. The peer sees several WRITEs where one was
+	// posted: the same bytes in the same places, in the same order, each
+	// packet's range checked against the R_Key (see splitWrite).
+	SplitWrites bool
 }
 
 // QP is the transport state of one queue pair: RC, UC or UD. UC and UD

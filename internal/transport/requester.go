@@ -235,6 +235,29 @@ func (r *requester) lastSignaled(qp *QP, tail uint64) bool {
 // WQE: past it, the WR being sent is waited for long before the next one.
 const pushLookahead = 128
 
+// splitWrite reports whether w's packets go as RDMA WRITE messages of
+// their own (Path.SplitWrites): an RC RDMA WRITE without immediate of
+// more than one packet.
+//
+// Each packet is then a complete RDMA WRITE ONLY (IBA 9.7.5.2.2): a RETH
+// whose DMA length is the packet's payload, the VA where that payload
+// goes and the WR's R_Key, so the responder checks each packet's range on
+// its own. RC delivers them in PSN order (IBA 9.7.5.1.1) and the WR
+// completes when the last is acknowledged, as it does after a LAST. A
+// WRITE without immediate raises nothing at the responder, so what the
+// peer can tell apart is its MSN, which counts the packets, and a WRITE
+// that fails part-way (an R_Key that covers only the start of the range)
+// has placed its leading packets, where a FIRST checked for the whole
+// length would have placed none: the WR completes with an error and
+// nothing restores the bytes, as after a message NAKed past its FIRST. A
+// WRITE with immediate stays one message: its receive completion reports
+// the message's length (ibv_wc.byte_len, which rxe takes from the RETH's
+// DMA length), and only one RETH for the whole can carry it. UC keeps whole messages too: there a lost packet
+// must drop the message, not leave a hole.
+func (qp *QP) splitWrite(w *sendWQE) bool {
+	return qp.path.SplitWrites && qp.reliable() && w.npkts > 1 && w.wr.Opcode == WRRDMAWrite
+}
+
 // streams reports whether w is a SEND or an RDMA WRITE: a message that
 // needs nothing back but its ACK.
 func streams(w *sendWQE) bool {
@@ -273,6 +296,10 @@ func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 		last = r.offset+payload == w.length
 		h.BTH.Opcode = wire.Opcode(sendOpcode(w, first, last)) | wire.Opcode(qp.transport())<<5
 		h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: uint32(w.length)}
+		if qp.splitWrite(w) {
+			h.BTH.Opcode = wire.OpWriteOnly
+			h.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + r.offset, RKey: w.wr.RKey, DMALen: uint32(payload)}
+		}
 		h.ImmDt.Imm = w.wr.Imm
 		h.IETH.RKey = w.wr.InvRKey
 		// IBA 9.2.2 (rxe init_req_packet): the solicited bit goes on the
