@@ -65,9 +65,9 @@ type Config struct {
 	// MIDDLE…, LAST), as rxe and RoCE NICs do. Without it, over UDP with
 	// GSO, goroce sends each packet of a WRITE of more than one packet as
 	// a WRITE_ONLY of its own, so that a run of them is one size and goes
-	// to the kernel as one datagram (docs/ARCHITECTURE.md, "Split
-	// WRITEs"). The environment variable GOROCE_WHOLE_WRITES=1 turns it
-	// on for programs that do not set it themselves.
+	// to the kernel as one datagram (docs/WIRE.md, "Split WRITEs"). The
+	// environment variable GOROCE_WHOLE_WRITES=1 turns it on for programs
+	// that do not set it themselves.
 	WholeWrites bool
 	// Link, when set, replaces the UDP socket: tests use in-memory links.
 	// It is an internal type; programs outside goroce leave it nil.

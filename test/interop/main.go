@@ -96,6 +96,10 @@ func matrix() []cell {
 		}
 		cs = append(cs, cell{tool: t, guestTool: t, kind: "lat", args: []string{"-n", strconv.Itoa(n)}, size: size, iters: n})
 	}
+	// WRITEs of several packets: goroce sends each packet as a WRITE_ONLY
+	// of its own (docs/WIRE.md, "Split WRITEs"), and waits for the bytes
+	// of rxe's one message.
+	cs = append(cs, cell{tool: "ib_write_lat", guestTool: "ib_write_lat", kind: "lat", args: []string{"-s", "8192", "-n", strconv.Itoa(n)}, size: 8192, iters: n})
 	cs = append(cs,
 		cell{tool: "rc_pingpong", guestTool: "ibv_rc_pingpong", kind: "pp", args: []string{"-n", strconv.Itoa(n)}, size: 4096, iters: n},
 		// ibv_ud_pingpong's default 2048 bytes do not fit the guest's 1024-byte path MTU.
