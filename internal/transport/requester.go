@@ -242,18 +242,20 @@ const pushLookahead = 128
 // Each packet is then a complete RDMA WRITE ONLY (IBA 9.7.5.2.2): a RETH
 // whose DMA length is the packet's payload, the VA where that payload
 // goes and the WR's R_Key, so the responder checks each packet's range on
-// its own. RC delivers them in PSN order (IBA 9.7.5.1.1) and the WR
-// completes when the last is acknowledged, as it does after a LAST. A
-// WRITE without immediate raises nothing at the responder, so what the
-// peer can tell apart is its MSN, which counts the packets, and a WRITE
-// that fails part-way (an R_Key that covers only the start of the range)
-// has placed its leading packets, where a FIRST checked for the whole
-// length would have placed none: the WR completes with an error and
-// nothing restores the bytes, as after a message NAKed past its FIRST. A
-// WRITE with immediate stays one message: its receive completion reports
-// the message's length (ibv_wc.byte_len, which rxe takes from the RETH's
-// DMA length), and only one RETH for the whole can carry it. UC keeps whole messages too: there a lost packet
-// must drop the message, not leave a hole.
+// its own. The responder places them in PSN order only (IBA 9.7.5.1.4: a
+// PSN beyond the expected one is NAKed), and the WR completes when the
+// last is acknowledged, as it does after a LAST. A WRITE without
+// immediate raises nothing at the responder, so what the peer can tell
+// apart is its MSN, which counts the packets, and a WRITE that fails
+// part-way (an R_Key that covers only the start of the range) has placed
+// its leading packets, where a FIRST checked for the whole length would
+// have placed none: the WR completes with an error and nothing restores
+// the bytes, as after a message NAKed past its FIRST. A WRITE with
+// immediate stays one message: its receive completion reports the
+// message's length (ibv_wc.byte_len, which rxe takes from the RETH's DMA
+// length), and only one RETH for the whole can carry it. UC keeps whole
+// messages too: there a lost packet must drop the message, not leave a
+// hole.
 func (qp *QP) splitWrite(w *sendWQE) bool {
 	return qp.path.SplitWrites && qp.reliable() && w.npkts > 1 && w.wr.Opcode == WRRDMAWrite
 }
