@@ -263,6 +263,10 @@ func TestWireSplitWrites(t *testing.T) {
 		t.Errorf("%d packets in %d datagrams: not segmented", k, datagrams)
 	}
 	t.Logf("%d packets in %d datagrams", k, datagrams)
+	// The count orders the reads below after the placements it counts.
+	if n, m := b.mr.RemoteWriteBytes(), b.mr.RemoteWrites(); n != 5000 || m != 5 {
+		t.Fatalf("RemoteWriteBytes %d, RemoteWrites %d; want 5000 and 5", n, m)
+	}
 	if !bytes.Equal(b.buf[8:5008], a.buf[:5000]) {
 		t.Error("target differs from source")
 	}

@@ -50,7 +50,7 @@ func TestMatrix(t *testing.T) {
 		}
 		seen[c.name()] = true
 	}
-	if len(seen) != 25 {
-		t.Errorf("%d cells, want 25", len(seen))
+	if len(seen) != 26 {
+		t.Errorf("%d cells, want 26", len(seen))
 	}
 }
