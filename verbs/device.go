@@ -333,7 +333,7 @@ func Open(cfg Config) (*Device, error) {
 	return d, nil
 }
 
-// splitWrites reports whether RC QPs sending to peer split their RDMA
+// splitWrites reports whether QPs sending to peer split their RC RDMA
 // WRITEs into WRITE_ONLY packets (transport.Path.SplitWrites): the link
 // sends runs of one size to peer as one datagram.
 func (d *Device) splitWrites(peer netip.AddrPort) bool {

@@ -321,7 +321,7 @@ func (qp *QP) path(a *QPAttr) (transport.Path, error) {
 		return p, fmt.Errorf("bad DGID %v", a.AH.DGID)
 	}
 	p.Peer = netip.AddrPortFrom(peer, qp.dev.cfg.Port)
-	p.SplitWrites = qp.init.Type == QPTypeRC && qp.dev.splitWrites(p.Peer)
+	p.SplitWrites = qp.dev.splitWrites(p.Peer) // the transport applies it to RC WRITEs only
 	if p.MTU == 0 {
 		p.MTU = 256
 	}

@@ -300,3 +300,30 @@ func TestUDPGSOAllocs(t *testing.T) {
 		return n, err
 	})
 }
+
+// TestSegments: a link segments (Segmenter) for a peer exactly when its
+// socket sends UDP_SEGMENT runs and the peer is not a same-host device,
+// whose ring takes its packets one by one: not with NoGSO or a fault
+// stage (which send single datagrams), not to a same-host peer, but to
+// itself and to an address no same-host device listens on.
+func TestSegments(t *testing.T) {
+	needGSO(t)
+	elsewhere := netip.MustParseAddrPort("127.0.9.9:4791")
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	if !a.Segments(b.LocalAddr()) || !a.Segments(elsewhere) {
+		t.Error("a plain UDP link does not segment")
+	}
+	for name, cfg := range map[string]UDPConfig{"NoGSO": {NoGSO: true}, "fault": {Fault: FaultConfig{Seed: 1, CEMark: 1e-12}}} {
+		a, b := udpPairConfig(t, "127.0.0.1", "127.0.0.2", cfg)
+		if a.Segments(b.LocalAddr()) {
+			t.Errorf("%s: the link segments", name)
+		}
+	}
+	a, b = udpPairConfig(t, "127.0.0.1", "127.0.0.2", UDPConfig{SameHost: true})
+	if a.Segments(b.LocalAddr()) {
+		t.Error("segments for a same-host peer")
+	}
+	if !a.Segments(elsewhere) || !a.Segments(a.LocalAddr()) {
+		t.Error("a same-host link does not segment for peers it reaches over the socket")
+	}
+}

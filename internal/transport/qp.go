@@ -131,13 +131,13 @@ type Path struct {
 	// SplitWrites sends each packet of an RC RDMA WRITE (without
 	// immediate) of more than one packet as an RDMA WRITE ONLY of its
 	// own, each with a RETH for its own bytes, instead of FIRST,
-	// MIDDLE…, LAST. All the
-	// packets of a run of WRITEs are then one size, which is what UDP
-	// GSO needs to send them as one datagram: a FIRST, 16 bytes longer
-	// for its RETH, otherwise makes every message of three packets or
-	// more two datagrams. The peer sees several WRITEs where one was
-	// posted: the same bytes in the same places, in the same order, each
-	// packet's range checked against the R_Key (see splitWrite).
+	// MIDDLE…, LAST. All the packets of a run of WRITEs are then one
+	// size, which is what UDP GSO needs to send them as one datagram: a
+	// FIRST, 16 bytes longer for its RETH, otherwise makes every message
+	// of three packets or more two datagrams. The peer sees several
+	// WRITEs where one was posted: the same bytes in the same places, in
+	// the same order, each packet's range checked against the R_Key (see
+	// splitWrite, which also keeps UC and UD QPs from it).
 	SplitWrites bool
 }
 
