@@ -76,18 +76,29 @@ func BenchmarkPingPong(b *testing.B) {
 }
 
 // BenchmarkPingPongSeq is ib_write_lat's exchange, 2-byte signaled
-// WRITEs over UDP loopback, with one goroutine on one P playing both
-// sides in turn: post, the peer's poll that finds the WRITE (a loopback
-// sendmmsg has delivered it by the time it returns), the peer's answer,
-// and the poll that finds it with the first WRITE's completion. Nothing
-// waits and nothing is handed between goroutines, so ns/op is the round
-// trip's work alone, the software and the four system calls, and a CPU
-// profile of it is the latency path's (docs/perf/HISTORY.md, seventeenth
-// round). The WRs are built once, as perftest builds them: the exchange
-// allocates nothing.
+// WRITEs, with one goroutine on one P playing both sides in turn: post,
+// the peer's poll that finds the WRITE (a loopback sendmmsg has delivered
+// it by the time it returns), the peer's answer, and the poll that finds
+// it with the first WRITE's completion. Nothing waits and nothing is
+// handed between goroutines, so ns/op is the round trip's work alone, and
+// a CPU profile of it is the latency path's (docs/perf/HISTORY.md,
+// seventeenth round). Over UDP loopback (udp) that is the software and
+// four system calls; over the in-memory link (mem) goroce's own work with
+// none, the link's channel operations aside; over the same-host path
+// (samehost) its rings. The WRs are built once, as perftest builds them:
+// the exchange allocates nothing.
 func BenchmarkPingPongSeq(b *testing.B) {
+	for _, l := range []struct {
+		name string
+		open func(testing.TB) (*Device, *Device)
+	}{{"udp", newUDPDevices}, {"mem", newDevices}, {"samehost", newSameHostDevices}} {
+		b.Run(l.name, func(b *testing.B) { pingPongSeq(b, l.open) })
+	}
+}
+
+func pingPongSeq(b *testing.B, open func(testing.TB) (*Device, *Device)) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	x, y := pairOn(b, newUDPDevices, 1<<16, MTU1024)
+	x, y := pairOn(b, open, 1<<16, MTU1024)
 	wrs := func(e, peer *endpoint) []SendWR {
 		return []SendWR{{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{e.mr.SGE(0, 2)},
 			RemoteAddr: peer.mr.Addr() + 1024, RKey: peer.mr.RKey()}}

@@ -332,6 +332,12 @@ var epoch = time.Now()
 // nanotime is a monotonic clock in nanoseconds, never 0.
 func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
 
+// timeAt returns the time.Time of nanotime t: epoch's wall and monotonic
+// readings moved on by t, so that it compares and subtracts with
+// time.Now's results by the monotonic clock, as theirs do among
+// themselves.
+func timeAt(t int64) time.Time { return epoch.Add(time.Duration(t - 1)) }
+
 // progress reads what has arrived on the device's link, without waiting,
 // and runs it on the calling goroutine where the workers are idle. It
 // returns the packets read.
@@ -531,6 +537,7 @@ type worker struct {
 	eager   bool              // a post is running inline: write every eagerBatch packets
 	written int               // packets written in this turn (Emit's schedule)
 	timerAt time.Time         // when the timer fires; zero: it is not set
+	now     int64             // the step's time (clock), in nanotime; 0: not read yet
 	budget  *transport.Budget // the PSNs its RC QPs may have in flight together
 
 	// Received packets not yet added to the device's counters (countRx),
@@ -558,7 +565,7 @@ func (w *worker) run() {
 		case <-w.timer.C:
 			w.mu.Lock()
 			w.timerAt = time.Time{} // the timer is no longer set
-			now := time.Now()
+			now := w.clockTime()
 			for len(w.timers) > 0 && !now.Before(w.timers[0].tAt) {
 				qp := heap.Pop(&w.timers).(*QP)
 				qp.tAt = time.Time{}
@@ -610,21 +617,41 @@ const answerWindow = time.Millisecond
 // thread each time, which costs more than the system call saved.
 func (w *worker) finishTurn(holdAcks bool) {
 	w.progress()
-	if at := w.heldAt.Load(); holdAcks && w.onlyAcks() && w.answers() && (at == 0 || nanotime() < at) {
+	if at := w.heldAt.Load(); holdAcks && w.onlyAcks() && w.answers() && (at == 0 || w.clock() < at) {
 		if at == 0 {
-			w.heldAt.Store(nanotime() + int64(ackHold))
+			w.heldAt.Store(w.clock() + int64(ackHold))
 		}
 		w.held = len(w.tx)
 	} else {
 		w.flush()
 	}
 	w.rearm()
-	w.eager, w.written = false, 0
+	w.eager, w.written, w.now = false, 0, 0
 	w.mu.Unlock()
 }
 
 // answers reports whether the worker wrote a request within answerWindow.
-func (w *worker) answers() bool { return w.lastReq != 0 && nanotime()-w.lastReq < int64(answerWindow) }
+func (w *worker) answers() bool { return w.lastReq != 0 && w.clock()-w.lastReq < int64(answerWindow) }
+
+// clock returns the time of the worker's current step, in nanotime: read
+// once, then the same until the step ends. A step ends where the worker
+// writes (flush: a write can block on a full link, and deadlines armed
+// after it with an older time would expire early), where it takes the
+// next event, and at the end of a turn. A ping-pong message's turn on
+// each side read the clock seven to nine times before, each read a vDSO
+// call of 30-70 ns on this project's virtual machines (time.Now makes two,
+// the wall clock and the monotonic one); now it reads it two or three
+// times. No step runs long without writing: a QP's Progress writes every
+// link.MaxBatch packets at the most (Emit).
+func (w *worker) clock() int64 {
+	if w.now == 0 {
+		w.now = nanotime()
+	}
+	return w.now
+}
+
+// clockTime is clock as a time.Time, for the transport.
+func (w *worker) clockTime() time.Time { return timeAt(w.clock()) }
 
 // onlyAcks reports whether tx holds packets and all of them are ACKs
 // without payload.
@@ -673,9 +700,10 @@ func (w *worker) handle(ev event) {
 }
 
 func (w *worker) handleEvent(ev event) {
+	w.now = 0 // each event is a step (clock)
 	switch ev.kind {
 	case evPackets:
-		now := time.Now()
+		now := w.clockTime()
 		for i := range ev.batch.n {
 			b := ev.batch.bufs[i]
 			ev.batch.bufs[i] = nil
@@ -779,9 +807,8 @@ func (w *worker) progress() {
 		w.dirty = w.spare[:0]
 		for i, qp := range list {
 			qp.dirty = false
-			// A fresh time for each step: writing can block on a full link,
-			// and timers armed with a stale time would expire early.
-			qp.t.Progress(time.Now())
+			qp.t.Progress(w.clockTime()) // a flush since the last read reads it again
+
 			w.track(qp)
 			if qp.t.Busy() {
 				w.flush()
@@ -821,7 +848,7 @@ func (w *worker) rearm() {
 	if !w.timerAt.IsZero() && !at.Before(w.timerAt) {
 		return
 	}
-	w.timer.Reset(max(time.Until(at), 0))
+	w.timer.Reset(max(at.Sub(w.clockTime()), 0))
 	w.timerAt = at
 }
 
@@ -991,7 +1018,7 @@ func (w *worker) flush() {
 	}
 	for i := range w.tx {
 		if wire.BTH(w.tx[i].Buf).Opcode().Info().Class == wire.ClassRequest {
-			w.lastReq = nanotime()
+			w.lastReq = w.clock()
 			break
 		}
 	}
@@ -1017,6 +1044,7 @@ func (w *worker) flush() {
 			w.tx[i] = link.Packet{}
 		}
 		w.tx = w.tx[:copy(w.tx, w.tx[n:])]
+		w.now = 0 // the write ends the step (clock)
 	}
 }
 
