@@ -75,7 +75,8 @@ var slicing8 = func() (t [8][256]uint32) {
 	return t
 }()
 
-// slicingUpdate is Update by slicing-by-8, eight bytes a step.
+// slicingUpdate is Update by slicing-by-8, eight bytes a step, then four
+// (slicing-by-4 with the same tables' first four), then one.
 func slicingUpdate(crc uint32, p []byte) uint32 {
 	r := ^crc
 	for len(p) >= 8 {
@@ -83,6 +84,11 @@ func slicingUpdate(crc uint32, p []byte) uint32 {
 		r = slicing8[7][r&0xff] ^ slicing8[6][r>>8&0xff] ^ slicing8[5][r>>16&0xff] ^ slicing8[4][r>>24] ^
 			slicing8[3][p[4]] ^ slicing8[2][p[5]] ^ slicing8[1][p[6]] ^ slicing8[0][p[7]]
 		p = p[8:]
+	}
+	if len(p) >= 4 { // slicing-by-4 once: a 12-byte BTH costs half as much as byte by byte
+		r ^= binary.LittleEndian.Uint32(p)
+		r = slicing8[3][r&0xff] ^ slicing8[2][r>>8&0xff] ^ slicing8[1][r>>16&0xff] ^ slicing8[0][r>>24]
+		p = p[4:]
 	}
 	for _, b := range p {
 		r = slicing8[0][byte(r)^b] ^ r>>8

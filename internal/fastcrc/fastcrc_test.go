@@ -293,7 +293,7 @@ func bytesOf(n int) []byte {
 
 func BenchmarkUpdate(b *testing.B) {
 	p := randomBytes(rand.New(rand.NewPCG(9, 10)), 1<<16)
-	for _, n := range []int{8, 40, 64, 256, 1024, 4096, 65536} {
+	for _, n := range []int{8, 12, 20, 40, 64, 256, 1024, 4096, 65536} {
 		b.Run(fmt.Sprintf("fastcrc/%d", n), func(b *testing.B) {
 			b.SetBytes(int64(n))
 			var crc uint32

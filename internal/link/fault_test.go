@@ -198,7 +198,7 @@ func TestFaultCorrupt(t *testing.T) {
 			a, b := faultPair(t, family, "corrupt=20%,seed=5")
 			got, sent := sendAndRead(t, a, b, 2000)
 			for i, p := range sent { // the caller's buffers: only the ICRC written
-				if !checkICRC(a.addr, b.addr, p.Buf) {
+				if !checkICRC(a.addr, b.addr, p.Buf, nil) {
 					t.Fatalf("sent packet %d: the stage corrupted the caller's buffer", i)
 				}
 			}

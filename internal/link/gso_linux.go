@@ -180,7 +180,7 @@ func (u *UDP) readGRO(pkts []Packet, wait, lend bool) (int, error) {
 				copy(p.Buf, seg)
 				pkt = p.Buf
 			}
-			got, ok := checkICRCID(g.peer, u.laddr, pkt, id)
+			got, ok := checkICRCID(g.peer, u.laddr, pkt, id, &u.rxHdr)
 			if !ok {
 				c.icrc++
 				continue

@@ -422,8 +422,10 @@ func putICRC(pkt []byte, f *wire.IPFields) {
 // ID 0, what goroce sends in a single datagram, is tried first: that costs
 // one CRC, and recovery (about 0.6 µs more) runs only for senders such as
 // rxe that count IDs.
-func checkICRC(src, dst netip.AddrPort, pkt []byte) bool {
-	_, ok := checkICRCID(src, dst, pkt, 0)
+//
+// c, if not nil, is the caller's wire.HeaderCache.
+func checkICRC(src, dst netip.AddrPort, pkt []byte, c *wire.HeaderCache) bool {
+	_, ok := checkICRCID(src, dst, pkt, 0, c)
 	return ok
 }
 
@@ -431,8 +433,9 @@ func checkICRC(src, dst netip.AddrPort, pkt []byte) bool {
 // want, such as segment want of goroce's GSO super-packets: that ID costs
 // one CRC, any other a recovery on top. It returns the ID that makes the
 // ICRC right (IPv4; 0 for IPv6).
-func checkICRCID(src, dst netip.AddrPort, pkt []byte, want uint16) (id uint16, ok bool) {
+func checkICRCID(src, dst netip.AddrPort, pkt []byte, want uint16, c *wire.HeaderCache) (id uint16, ok bool) {
 	f := sendFields(src, dst)
+	f.Cache = c
 	is4 := f.Src.Is4()
 	if is4 {
 		f.ID = want

@@ -299,7 +299,7 @@ func (l *memLink) deliver(p *Packet, s *memSlot, c *rxCount) bool {
 	case len(pkt) > cap(p.Buf):
 		c.oversized++
 		return false
-	case !checkICRC(s.from, l.addr, pkt):
+	case !checkICRC(s.from, l.addr, pkt, nil):
 		c.icrc++
 		return false
 	}

@@ -679,7 +679,7 @@ func (s *sameHost) read(pkts []Packet, lend bool) int {
 				// that places the payload.
 				f := sendFields(src, s.u.laddr)
 				p.ICRCPending, p.ICRCSeed = true, f.HeaderCRC(pkt[:size-wire.ICRCLen])
-			} else if !checkICRC(src, s.u.laddr, pkt) {
+			} else if !checkICRC(src, s.u.laddr, pkt, nil) {
 				c.icrc++
 				continue
 			}

@@ -474,10 +474,10 @@ func FuzzSameHostRing(f *testing.F) {
 				// A packet with its ICRC left to the borrower (only lent
 				// ones) passes the borrower's check only if it passes the
 				// link's own.
-				if p.ICRCPending && (!lend || !deferICRC || wire.CheckDeferredICRC(b, p.ICRCSeed) && !checkICRC(p.Peer, u.laddr, b)) {
+				if p.ICRCPending && (!lend || !deferICRC || wire.CheckDeferredICRC(b, p.ICRCSeed) && !checkICRC(p.Peer, u.laddr, b, nil)) {
 					t.Fatalf("a pending ICRC (lend %v, defer %v) that the link's check would refuse", lend, deferICRC)
 				}
-				if !p.ICRCPending && !checkICRC(p.Peer, u.laddr, b) {
+				if !p.ICRCPending && !checkICRC(p.Peer, u.laddr, b, nil) {
 					t.Fatalf("returned a packet of %d bytes that fails the ICRC", len(b))
 				}
 			}

@@ -143,7 +143,8 @@ type UDP struct {
 	ns    *netns.NS      // the sockets' network namespace; nil: the process's
 
 	readMu sync.Mutex
-	rd     *mmsg // guarded by readMu
+	rd     *mmsg            // guarded by readMu
+	rxHdr  wire.HeaderCache // the received packets' ICRC headers; guarded by readMu
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 	sh  *sameHost  // nil: no same-host path (UDPConfig.SameHost)
@@ -151,11 +152,12 @@ type UDP struct {
 	deferICRC atomic.Bool // ICRCDeferrer.DeferICRC was called
 
 	writeMu sync.Mutex
-	wr      *mmsg       // guarded by writeMu
-	stage   []byte      // super-packets of small segments put together (sendRuns); guarded by writeMu
-	gso     bool        // send runs as UDP_SEGMENT super-packets; guarded by writeMu
-	fault   *faultStage // nil: no faults
-	fout    []faultOut  // the fault stage's output; guarded by writeMu
+	wr      *mmsg            // guarded by writeMu
+	stage   []byte           // super-packets of small segments put together (sendRuns); guarded by writeMu
+	gso     bool             // send runs as UDP_SEGMENT super-packets; guarded by writeMu
+	txHdr   wire.HeaderCache // the sent packets' ICRC headers; guarded by writeMu
+	fault   *faultStage      // nil: no faults
+	fout    []faultOut       // the fault stage's output; guarded by writeMu
 
 	portsMu sync.Mutex
 	ports   map[uint16]*portSocket // guarded by portsMu; nil value: could not bind
@@ -556,7 +558,7 @@ func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
 		return false
 	}
 	pkt := p.Buf[:size]
-	if !checkICRC(peer, u.laddr, pkt) {
+	if !checkICRC(peer, u.laddr, pkt, &u.rxHdr) {
 		c.icrc++
 		return false
 	}
@@ -742,6 +744,7 @@ func (u *UDP) sendPlain(rc *sockFD, src netip.AddrPort, pkts []Packet) (int, uin
 		p := &pkts[i]
 		dst := plain(p.Peer)
 		f := sendFields(src, dst)
+		f.Cache = &u.txHdr
 		flattenICRC(p, &f)
 		m.setName(i, dst, u.scope)
 		m.setBuf(i, p.Buf)
@@ -776,6 +779,7 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 		n := gsoRun(pkts[i:], maxSegments, maxBytes)
 		dst := plain(pkts[i].Peer)
 		f := sendFields(src, dst)
+		f.Cache = &u.txHdr
 		seg := pkts[i].size()
 		if n > 1 && seg <= stageSegment && len(stage)+n*seg <= cap(stage) {
 			// One I/O vector for the super-packet: its segments put

@@ -65,6 +65,80 @@ func TestICRCGolden(t *testing.T) {
 	}
 }
 
+// TestHeaderCache: ICRCs computed with a HeaderCache equal those computed
+// without one, over the golden packets (rxe's counting IPv4 IDs, both
+// families, many lengths: one cache for all of them, so entries are found
+// and replaced) and over random flows, IDs and lengths in runs and
+// alternations like a link's.
+func TestHeaderCache(t *testing.T) {
+	var c wire.HeaderCache
+	for _, g := range goldenPackets(t) {
+		f := ipFields(&g)
+		body := g.d.Payload[:len(g.d.Payload)-wire.ICRCLen]
+		want := f.ICRC(body)
+		f.Cache = &c
+		if got := f.ICRC(body); got != want {
+			t.Errorf("%s: ICRC with the cache %08x, without %08x", g.name(), got, want)
+		}
+		if got, want := f.HeaderCRC(body), (&wire.IPFields{Src: f.Src, Dst: f.Dst, SrcPort: f.SrcPort, DstPort: f.DstPort, ID: f.ID, FlagsFrag: f.FlagsFrag}).HeaderCRC(body); got != want {
+			t.Errorf("%s: HeaderCRC with the cache %08x, without %08x", g.name(), got, want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	addr := func(v6 bool) netip.Addr {
+		if v6 {
+			var a [16]byte
+			for i := range a {
+				a[i] = byte(rng.Uint32())
+			}
+			return netip.AddrFrom16(a)
+		}
+		return netip.AddrFrom4([4]byte{127, byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
+	}
+	pkt := make([]byte, 600)
+	for i := range pkt {
+		pkt[i] = byte(rng.Uint32())
+	}
+	for flow := range 200 {
+		v6 := flow%3 == 0
+		f := wire.IPFields{Src: addr(v6), Dst: addr(v6), SrcPort: uint16(rng.Uint32()), DstPort: wire.UDPPort}
+		if !v6 {
+			f.FlagsFrag = wire.DF
+		}
+		lens := []int{wire.BTHLen + rng.IntN(500), wire.BTHLen + rng.IntN(500), wire.BTHLen + rng.IntN(500)}
+		for k := range 30 {
+			n := lens[0] // a run of one length, then alternations of two, then three
+			switch {
+			case k >= 20:
+				n = lens[k%3]
+			case k >= 10:
+				n = lens[k%2]
+			}
+			pkt[4] = byte(rng.Uint32()) // FECN, BECN: masked either way
+			if !v6 {
+				f.ID = uint16(k)
+				if k%5 == 4 {
+					f.ID = uint16(rng.Uint32())
+				}
+			}
+			g := f
+			g.Cache = nil
+			f.Cache = &c
+			if got, want := f.ICRC(pkt[:n]), g.ICRC(pkt[:n]); got != want {
+				t.Fatalf("flow %d (%v), packet %d of %d bytes, ID %d: ICRC with the cache %08x, without %08x", flow, f.Src, k, n, f.ID, got, want)
+			}
+			split := min(wire.BTHLen+16, n)
+			dst := make([]byte, n)
+			if got, want := f.ICRCGather(bytes.Clone(pkt[:n]), split, pkt[split:n]), g.ICRC(pkt[:n]); got != want {
+				t.Fatalf("flow %d, packet %d: ICRCGather with the cache %08x, want %08x", flow, k, got, want)
+			}
+			if got, want := f.ICRCCopy(dst, pkt[:split], pkt[split:n], nil), g.ICRC(pkt[:n]); got != want {
+				t.Fatalf("flow %d, packet %d: ICRCCopy with the cache %08x, want %08x", flow, k, got, want)
+			}
+		}
+	}
+}
+
 // TestRecoverIPv4IDGolden recovers rxe's changing IP ID of every IPv4
 // golden packet from its ICRC alone, as a UDP-socket receiver must.
 func TestRecoverIPv4IDGolden(t *testing.T) {
@@ -213,13 +287,20 @@ func TestICRCAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { wire.RecoverIPv4ID(&f, g.d.Payload) }); n != 0 {
 		t.Errorf("RecoverIPv4ID: %v allocations", n)
 	}
+	f.Cache = new(wire.HeaderCache)
+	if n := testing.AllocsPerRun(100, func() { f.ICRC(body) }); n != 0 {
+		t.Errorf("IPFields.ICRC with a HeaderCache: %v allocations", n)
+	}
 }
 
 // BenchmarkICRC: the ICRC of a WRITE with a payload of each size (BTH,
 // RETH, payload), as a receiver checks it (ICRC) and as a sender builds it
-// with the payload gathered from the MR (ICRCGather).
+// with the payload gathered from the MR (ICRCGather); cached/ with a
+// HeaderCache, as the UDP link computes them.
 func BenchmarkICRC(b *testing.B) {
 	f := wire.IPFields{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"), SrcPort: 0xc000, DstPort: wire.UDPPort, FlagsFrag: wire.DF}
+	fc := f
+	fc.Cache = new(wire.HeaderCache)
 	for _, size := range []int{64, 256, 464, 1024, 4096} {
 		split := wire.BTHLen + wire.RETHLen
 		pkt := make([]byte, split+size)
@@ -236,6 +317,20 @@ func BenchmarkICRC(b *testing.B) {
 			b.SetBytes(int64(len(pkt)))
 			for b.Loop() {
 				f.ICRCGather(pkt, split, payload)
+			}
+		})
+		b.Run("cached/"+byteSize(size), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(pkt)))
+			for b.Loop() {
+				fc.ICRC(pkt)
+			}
+		})
+		b.Run("cached/gather/"+byteSize(size), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(pkt)))
+			for b.Loop() {
+				fc.ICRCGather(pkt, split, payload)
 			}
 		})
 	}
