@@ -1,6 +1,7 @@
 package link
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -325,5 +326,109 @@ func TestSegments(t *testing.T) {
 	}
 	if !a.Segments(elsewhere) || !a.Segments(a.LocalAddr()) {
 		t.Error("a same-host link does not segment for peers it reaches over the socket")
+	}
+}
+
+// TestUDPGROCE: a super-packet marked ECN CE reaches the GRO reader with
+// its segment size and its TOS, and every segment reports CE, also after
+// single datagrams, whose control messages are shorter, went through the
+// same message headers, and when it is read one packet at a time. The
+// reader sets up again only the message headers that the kernel wrote
+// back (mmsg.readFrom): one left with a single datagram's control length
+// would cut the super-packet's TOS (its GRO segment size comes first) and
+// lose the mark.
+func TestUDPGROCE(t *testing.T) {
+	_, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	if b.gro == nil {
+		t.Skip("no UDP_GRO")
+	}
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := func(f func(fd int) error) {
+		var serr error
+		rc.Control(func(fd uintptr) { serr = f(int(fd)) })
+		if serr != nil {
+			t.Fatal(serr)
+		}
+	}
+	control(sockOpts{gso: true}.apply) // DF, and the UDP checksum that UDP_SEGMENT needs
+	from := plain(c.LocalAddr().(*net.UDPAddr).AddrPort())
+	setTOS := func(tos int) {
+		control(func(fd int) error { return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, tos) })
+	}
+	// send writes pkts from c as one datagram each, or with gso as one
+	// super-packet whose segment k carries IPv4 ID k.
+	send := func(pkts []Packet, gso bool) {
+		f := sendFields(from, b.LocalAddr())
+		var run []byte
+		for k := range pkts {
+			if gso {
+				f.ID = uint16(k)
+			}
+			putICRC(pkts[k].Buf, &f)
+			if !gso {
+				if _, err := c.WriteToUDPAddrPort(pkts[k].Buf, b.LocalAddr()); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			run = append(run, pkts[k].Buf...)
+		}
+		if !gso {
+			return
+		}
+		oob := make([]byte, unix.CmsgSpace(2))
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+		h.SetLen(unix.CmsgLen(2))
+		binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(len(pkts[0].Buf)))
+		if _, _, err := c.WriteMsgUDPAddrPort(run, oob, b.LocalAddr()); err != nil {
+			t.Fatalf("%v (%d bytes, segments of %d)", err, len(run), len(pkts[0].Buf))
+		}
+	}
+	equal := func(n int) []Packet {
+		pkts := make([]Packet, n)
+		for i := range pkts {
+			pkts[i] = Packet{Buf: buildPacket(make([]byte, MaxPacket), 0x11, uint32(i), 1000, byte(i)), Peer: b.LocalAddr()}
+		}
+		return pkts
+	}
+	for round, perRead := range []int{MaxBatch, 1, 3} {
+		singles := batch(4, b.LocalAddr())
+		setTOS(0)
+		send(singles, false)
+		if got := readN(t, b, len(singles)); len(got) != len(singles) {
+			t.Fatalf("round %d: %d single datagrams read, want %d", round, len(got), len(singles))
+		}
+		run := equal(5)
+		setTOS(ecnCE) // marked as a congested router marks it
+		send(run, true)
+		bufs := readBufs(perRead)
+		var got []Packet
+		for deadline := time.Now().Add(5 * time.Second); len(got) < len(run) && time.Now().Before(deadline); {
+			n, err := b.PollBatch(bufs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range bufs[:n] {
+				got = append(got, Packet{Buf: bytes.Clone(p.Buf), Peer: p.Peer, CE: p.CE})
+			}
+			for i := range bufs {
+				bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
+			}
+		}
+		checkReceivedIDs(t, got, run, gsoIDs(run), from, b.LocalAddr())
+		for i, p := range got {
+			if !p.CE {
+				t.Errorf("round %d, segment %d of the super-packet: CE not reported", round, i)
+			}
+		}
 	}
 }

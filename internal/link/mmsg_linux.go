@@ -34,6 +34,13 @@ type mmsg struct {
 	ctls  [MaxBatch]ctlBuf                // control messages: TOS and GRO size received, ECN CE and GSO size to send
 	segs  [MaxBatch]uint8                 // packets in each message sent (more than 1: a GSO super-packet)
 
+	// Which message headers readFrom must set up for a read: the first
+	// dirty ones (the kernel wrote back the headers of the datagrams a
+	// read returned, and clearBufs clears control buffers) and those from
+	// setUp on (never set up). The others keep what readFrom set, which an
+	// empty read (a busy poller's, most of them) leaves alone.
+	dirty, setUp int
+
 	// Arguments and results of the system call in progress, so that the
 	// functions handed to sockFD.Read and Write are method values bound once,
 	// not closures allocated per call.
@@ -75,6 +82,7 @@ func (m *mmsg) setBuf(i int, b []byte) {
 // messages, and gives each of the first n messages its own I/O vector
 // again (setMsg may have pointed them elsewhere).
 func (m *mmsg) clearBufs(n int) {
+	m.dirty = max(m.dirty, n)
 	for i := range n {
 		m.iovs[i].Base = nil
 		h := &m.hs[i].hdr
@@ -90,7 +98,28 @@ func (m *mmsg) clearBufs(n int) {
 // until at least one is there; with wait false it returns 0
 // at once when none is.
 func (m *mmsg) readFrom(rc *sockFD, cnt int, wait bool) (int, error) {
-	for i := range cnt {
+	d := min(m.dirty, cnt)
+	m.setUpRead(0, d)
+	m.setUpRead(max(m.setUp, d), cnt)
+	m.setUp = max(m.setUp, cnt)
+	if m.dirty <= cnt {
+		m.dirty = 0
+	}
+	m.off, m.cnt, m.noWait, m.n = 0, cnt, !wait, 0
+	err := rc.Read(m.recvF)
+	m.dirty = max(m.dirty, m.n) // the kernel wrote back the headers of what it returned
+	if err != nil {
+		return 0, err
+	}
+	if m.errno != 0 {
+		return 0, os.NewSyscallError("recvmmsg", m.errno)
+	}
+	return m.n, nil
+}
+
+// setUpRead sets up message headers i..j-1 for a read.
+func (m *mmsg) setUpRead(i, j int) {
+	for ; i < j; i++ {
 		h := &m.hs[i].hdr
 		h.Namelen = unix.SizeofSockaddrInet6
 		h.Control = (*byte)(unsafe.Pointer(&m.ctls[i]))
@@ -98,14 +127,6 @@ func (m *mmsg) readFrom(rc *sockFD, cnt int, wait bool) (int, error) {
 		h.Flags = 0
 		m.hs[i].n = 0
 	}
-	m.off, m.cnt, m.noWait = 0, cnt, !wait
-	if err := rc.Read(m.recvF); err != nil {
-		return 0, err
-	}
-	if m.errno != 0 {
-		return 0, os.NewSyscallError("recvmmsg", m.errno)
-	}
-	return m.n, nil
 }
 
 // writeTo sends messages off..off+cnt-1, waiting while the

@@ -153,3 +153,45 @@ func TestReadLent(t *testing.T) {
 	}
 	checkReceived(t, got, sent, a.LocalAddr(), b.LocalAddr())
 }
+
+// TestPollBatchSizes: reads of 1, 2, 5 and MaxBatch packets at a time,
+// with empty polls between them, return every packet whole, in order and
+// from the right peer, GSO runs split into their segments, as the number
+// of datagrams per round changes (a UDP link sets up again only the
+// message headers a read changed; TestUDPGROCE checks what a stale one
+// would lose).
+func TestPollBatchSizes(t *testing.T) {
+	for name, l := range pollLinks(t) {
+		t.Run(name, func(t *testing.T) {
+			a, b := l[0], l[1]
+			for round := range 12 {
+				bufs := readBufs(MaxBatch)
+				if n, err := b.PollBatch(bufs); n != 0 || err != nil {
+					t.Fatalf("round %d: PollBatch on an empty link = %d, %v", round, n, err)
+				}
+				sent := batch(1+round%7, b.LocalAddr())
+				for i := range 5 { // a run of one size: one GSO datagram where the link segments
+					sent = append(sent, Packet{Buf: buildPacket(make([]byte, MaxPacket), 0x11, uint32(100+i), 1000, byte(i)), Peer: b.LocalAddr()})
+				}
+				if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
+					t.Fatalf("round %d: WriteBatch = %d, %v", round, n, err)
+				}
+				bufs = bufs[:[]int{1, 2, 5, MaxBatch}[round%4]]
+				var got []Packet
+				for deadline := time.Now().Add(5 * time.Second); len(got) < len(sent) && time.Now().Before(deadline); {
+					n, err := b.PollBatch(bufs)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, p := range bufs[:n] {
+						got = append(got, Packet{Buf: append([]byte(nil), p.Buf...), Peer: p.Peer})
+					}
+					for i := range bufs {
+						bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
+					}
+				}
+				checkReceived(t, got, sent, a.LocalAddr(), b.LocalAddr())
+			}
+		})
+	}
+}
