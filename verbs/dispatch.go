@@ -637,12 +637,12 @@ func (w *worker) answers() bool { return w.lastReq != 0 && w.clock()-w.lastReq <
 // once, then the same until the step ends. A step ends where the worker
 // writes (flush: a write can block on a full link, and deadlines armed
 // after it with an older time would expire early), where it takes the
-// next event, and at the end of a turn. A ping-pong message's turn on
-// each side read the clock seven to nine times before, each read a vDSO
-// call of 30-70 ns on this project's virtual machines (time.Now makes two,
-// the wall clock and the monotonic one); now it reads it two or three
-// times. No step runs long without writing: a QP's Progress writes every
-// link.MaxBatch packets at the most (Emit).
+// next event or runs its dirty QPs (progress), and at the end of a turn.
+// A ping-pong message read the clock seven to nine times on its two sides
+// before, each read a vDSO call of 30-70 ns on this project's virtual
+// machines (time.Now makes two, the wall clock and the monotonic one);
+// now it reads it three times. No step runs long without writing: a QP's
+// Progress writes every link.MaxBatch packets at the most (Emit).
 func (w *worker) clock() int64 {
 	if w.now == 0 {
 		w.now = nanotime()
@@ -802,6 +802,10 @@ func (w *worker) markDirty(qp *QP) {
 // A QP that still has work after its turn goes to the back of the line,
 // so one busy QP does not hold up the others.
 func (w *worker) progress() {
+	// A step of its own (clock): handling a batch before it can have
+	// taken a while, and a deadline armed from its time (an RNR timer of
+	// 10 µs) would come early.
+	w.now = 0
 	for len(w.dirty) > 0 {
 		list := w.dirty
 		w.dirty = w.spare[:0]
