@@ -812,7 +812,6 @@ func (w *worker) progress() {
 		for i, qp := range list {
 			qp.dirty = false
 			qp.t.Progress(w.clockTime()) // a flush since the last read reads it again
-
 			w.track(qp)
 			if qp.t.Busy() {
 				w.flush()

@@ -91,7 +91,7 @@ type IPFields struct {
 
 	// Cache, if set, keeps the CRC of the headers ahead of the BTH for the
 	// next packets of the same flow and length (HeaderCache): the ICRC of
-	// a small packet then costs about two thirds as much. Its owner
+	// a small packet then costs about three quarters as much. Its owner
 	// serializes the computations that use it.
 	Cache *HeaderCache
 }
