@@ -38,13 +38,15 @@ func TestTargetVerdict(t *testing.T) {
 
 // TestPrintTargets: the summary's rows carry each figure's median and
 // range, the ratio's median taken within each round, and the verdict of
-// the median ratio; the QP rows' ratio is against the round's own one QP.
+// the median ratio; each QP row's ratio is against the one-QP run next to
+// it (QPRef), not the round's first one QP (the third round's 16 QPs:
+// 0.91x, not 1.00x).
 func TestPrintTargets(t *testing.T) {
 	cfg := TargetsConfig{QPs: []int{16, 1024}}
 	rounds := []*TargetRound{
-		{BW: 2000, TCPBW: 1000, CPUPerGB: 0.9, TCPCPUPerGB: 1, Lat: 8, TCPLat: 8, Rate: 1.2, QPBW: []float64{1800, 1000}},
-		{BW: 3000, TCPBW: 2000, CPUPerGB: 0.8, TCPCPUPerGB: 1, Lat: 9, TCPLat: 10, Rate: 1.6, QPBW: []float64{2400, 2850}},
-		{BW: 1000, TCPBW: 1000, CPUPerGB: 1.2, TCPCPUPerGB: 1, Lat: 6, TCPLat: 4, Rate: 1.4, QPBW: []float64{1000, 800}},
+		{BW: 2000, TCPBW: 1000, CPUPerGB: 0.9, TCPCPUPerGB: 1, Lat: 8, TCPLat: 8, Rate: 1.2, QPBW: []float64{1800, 1000}, QPRef: []float64{2000, 2000}},
+		{BW: 3000, TCPBW: 2000, CPUPerGB: 0.8, TCPCPUPerGB: 1, Lat: 9, TCPLat: 10, Rate: 1.6, QPBW: []float64{2400, 2850}, QPRef: []float64{3000, 3000}},
+		{BW: 1000, TCPBW: 1000, CPUPerGB: 1.2, TCPCPUPerGB: 1, Lat: 6, TCPLat: 4, Rate: 1.4, QPBW: []float64{1000, 800}, QPRef: []float64{1100, 1000}},
 	}
 	var b bytes.Buffer
 	PrintTargets(&b, cfg, rounds)
@@ -56,7 +58,7 @@ func TestPrintTargets(t *testing.T) {
 		"ib_write_lat 2 B t_typical [usec]      ≤ 0.5x TCP   8.00 (6.00–9.00)         8.00 (4.00–10.00)        1.00x (0.90x–1.50x)  2.00x short",
 		"ib_write_bw 64 B [M msg/s]             ≥ 1.5 M/s    1.40 (1.20–1.60)",
 		"1.07x short",
-		"ib_write_bw 65536 B, 16 QPs [MiB/s]    ≥ 0.9x 1 QP  1800 (1000–2400)                                  0.90x (0.80x–1.00x)  met",
+		"ib_write_bw 65536 B, 16 QPs [MiB/s]    ≥ 0.9x 1 QP  1800 (1000–2400)                                  0.90x (0.80x–0.91x)  met",
 		"ib_write_bw 65536 B, 1024 QPs [MiB/s]  ≥ 0.9x 1 QP  1000 (800–2850)                                   0.80x (0.50x–0.95x)  1.12x short",
 	} {
 		if !strings.Contains(out, want) {
@@ -113,8 +115,10 @@ func TestEndEnv(t *testing.T) {
 // TestTargetsOrder runs Targets on fake ends, shell commands that print
 // what the real ones print, and checks what only the run's order shows:
 // in the first round goroce's end of each pair that TCP is measured
-// against starts first, in the second TCP's, and the rest follow in
-// order; and each figure an end prints lands in its round.
+// against starts first, in the second TCP's, the 64-byte run follows, and
+// each QP count's run comes after its one-QP reference in the first
+// round and before it in the second; and each figure an end prints lands
+// in its round.
 func TestTargetsOrder(t *testing.T) {
 	sh, err := exec.LookPath("sh")
 	if err != nil {
@@ -128,6 +132,8 @@ func TestTargetsOrder(t *testing.T) {
 		}
 		if server {
 			what += " server"
+		} else if i := slices.Index(args, "-q"); i >= 0 {
+			what += " -q " + args[i+1]
 		}
 		started = append(started, what)
 		var out string
@@ -138,7 +144,9 @@ func TestTargetsOrder(t *testing.T) {
 			out = "port 5001\n"
 		case what == "ib_write_bw" && slices.Contains(args, "64"):
 			out = " 64 1000 0.00 61.04 1.000000\n"
-		case what == "ib_write_bw" && slices.Contains(args, "-q"):
+		case what == "ib_write_bw -q 1":
+			out = " 65536 40960 0.00 1800.00 0.029000\n"
+		case what == "ib_write_bw -q 16":
 			out = " 65536 2560 0.00 1500.00 0.024000\n"
 		case what == "ib_write_bw":
 			out = " 65536 40960 0.00 2000.00 0.032000\n"
@@ -160,18 +168,18 @@ func TestTargetsOrder(t *testing.T) {
 	goroceFirst := []string{
 		"ib_write_bw server", "ib_write_bw", "tcp-sink server", "tcp-source",
 		"ib_write_lat server", "ib_write_lat", "tcp-echo server", "tcp-ping",
-		"ib_write_bw server", "ib_write_bw", "ib_write_bw server", "ib_write_bw",
+		"ib_write_bw server", "ib_write_bw", "ib_write_bw server", "ib_write_bw -q 1", "ib_write_bw server", "ib_write_bw -q 16",
 	}
 	tcpFirst := []string{
 		"tcp-sink server", "tcp-source", "ib_write_bw server", "ib_write_bw",
 		"tcp-echo server", "tcp-ping", "ib_write_lat server", "ib_write_lat",
-		"ib_write_bw server", "ib_write_bw", "ib_write_bw server", "ib_write_bw",
+		"ib_write_bw server", "ib_write_bw", "ib_write_bw server", "ib_write_bw -q 16", "ib_write_bw server", "ib_write_bw -q 1",
 	}
 	if want := append(slices.Clone(goroceFirst), tcpFirst...); !slices.Equal(started, want) {
 		t.Errorf("ends started in the order\n%q, want\n%q", started, want)
 	}
 	for i, r := range rounds {
-		if r.BW != 2000 || r.TCPBW != 1000 || r.Lat != 5 || r.TCPLat != 10 || r.Rate != 1 || !slices.Equal(r.QPBW, []float64{1500}) {
+		if r.BW != 2000 || r.TCPBW != 1000 || r.Lat != 5 || r.TCPLat != 10 || r.Rate != 1 || !slices.Equal(r.QPBW, []float64{1500}) || !slices.Equal(r.QPRef, []float64{1800}) {
 			t.Errorf("round %d: %+v", i+1, *r)
 		}
 	}
