@@ -22,18 +22,33 @@ type fakeEnv struct {
 	gather  bool  // Gathers: emitted packets may carry link.Packet.Payload
 	emitted int   // packets emitted so far
 	pushed  []int // emitted at each Push
+	onEmit  func(link.Packet)
 }
 
-func (e *fakeEnv) Buffer() []byte           { return make([]byte, 0, link.MaxPacket) }
-func (e *fakeEnv) Emit(p link.Packet)       { e.out = append(e.out, p); e.emitted++ }
+func (e *fakeEnv) Buffer() []byte { return make([]byte, 0, link.MaxPacket) }
+func (e *fakeEnv) Emit(p link.Packet) {
+	if e.onEmit != nil {
+		e.onEmit(p)
+	}
+	e.out = append(e.out, p)
+	e.emitted++
+}
 func (e *fakeEnv) Fatal(_ *QP, s WCStatus)  { e.fatal = append(e.fatal, s) }
 func (e *fakeEnv) Gathers() bool            { return e.gather }
 func (e *fakeEnv) Push()                    { e.pushed = append(e.pushed, e.emitted) }
 func (e *fakeEnv) take() (ps []link.Packet) { ps, e.out = e.out, nil; return ps }
 
-type fakeCQ struct{ wcs []WC }
+type fakeCQ struct {
+	wcs    []WC
+	onPush func(WC)
+}
 
-func (c *fakeCQ) Push(wc WC, _ bool) { c.wcs = append(c.wcs, wc) }
+func (c *fakeCQ) Push(wc WC, _ bool) {
+	if c.onPush != nil {
+		c.onPush(wc)
+	}
+	c.wcs = append(c.wcs, wc)
+}
 
 type side struct {
 	qp  *QP

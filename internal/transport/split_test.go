@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/memory"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -150,5 +151,59 @@ func TestSplitWritesAccess(t *testing.T) {
 	}
 	if tail := h.b.buf[at+2*mtu:]; !bytes.Equal(tail, make([]byte, len(tail))) {
 		t.Error("the packet that failed its check wrote into the region")
+	}
+}
+
+// TestWriteCountsBeforeAck: the WRITEs the responder placed are counted in
+// their regions (MR.RemoteWrites) before an ACK of them leaves (each ACK's
+// MSN is at most the WRITEs counted) and before a WRITE with immediate
+// completes, and WRITEs that alternate between two regions, split or not,
+// are each counted in theirs.
+func TestWriteCountsBeforeAck(t *testing.T) {
+	const mtu = 1024
+	h := newHarness(t, mtu, splitPath)
+	buf2 := make([]byte, 1<<16)
+	mr2, err := h.b.mem.Register(testPD, buf2, memory.AccessLocalWrite|memory.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := func() uint64 { return h.b.mr.RemoteWrites() + mr2.RemoteWrites() }
+	acks := 0
+	h.b.env.onEmit = func(p link.Packet) {
+		var pkt wire.Packet
+		if err := pkt.Parse(p.Buf); err != nil || pkt.AETH == nil {
+			return
+		}
+		acks++
+		if msn := uint64(pkt.AETH.MSN()); msn > counted() {
+			t.Errorf("an ACK of MSN %d left with %d WRITEs counted", msn, counted())
+		}
+	}
+	h.b.cq.onPush = func(wc WC) {
+		if wc.Opcode == WCRecvRDMAWithImm && mr2.RemoteWriteBytes() != 5000 {
+			t.Errorf("the WRITE with immediate completed with %d bytes counted in its region, want 5000 (its own 2000 too)", mr2.RemoteWriteBytes())
+		}
+	}
+	h.postRecv(h.b, RecvWR{WRID: 9})
+	h.post(h.a,
+		SendWR{WRID: 1, Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, 5000)}, RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()},
+		SendWR{WRID: 2, Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, 3000)}, RemoteAddr: mr2.Addr() + 4096, RKey: mr2.RKey()},
+		SendWR{WRID: 3, Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, 100)}, RemoteAddr: h.b.mr.Addr() + 8192, RKey: h.b.mr.RKey()},
+		SendWR{WRID: 4, Opcode: WRRDMAWriteWithImm, Flags: SendSignaled, Imm: 7, SGL: []memory.SGE{h.a.sge(0, 2000)},
+			RemoteAddr: mr2.Addr() + 16384, RKey: mr2.RKey()})
+	h.deliver()
+	if len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess {
+		t.Fatalf("requester completions %+v", h.a.cq.wcs)
+	}
+	if acks == 0 {
+		t.Fatal("no ACK seen")
+	}
+	// 5 + 1 WRITE_ONLYs in the first region, 3 in the second and the
+	// WRITE with immediate, which keeps its framing: one message.
+	if w, b := h.b.mr.RemoteWrites(), h.b.mr.RemoteWriteBytes(); w != 6 || b != 5100 {
+		t.Errorf("first region: %d WRITEs, %d bytes; want 6 and 5100", w, b)
+	}
+	if w, b := mr2.RemoteWrites(), mr2.RemoteWriteBytes(); w != 4 || b != 5000 {
+		t.Errorf("second region: %d WRITEs, %d bytes; want 4 and 5000", w, b)
 	}
 }
