@@ -1,7 +1,6 @@
 package link
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -410,20 +409,7 @@ func TestUDPGROCE(t *testing.T) {
 		run := equal(5)
 		setTOS(ecnCE) // marked as a congested router marks it
 		send(run, true)
-		bufs := readBufs(perRead)
-		var got []Packet
-		for deadline := time.Now().Add(5 * time.Second); len(got) < len(run) && time.Now().Before(deadline); {
-			n, err := b.PollBatch(bufs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range bufs[:n] {
-				got = append(got, Packet{Buf: bytes.Clone(p.Buf), Peer: p.Peer, CE: p.CE})
-			}
-			for i := range bufs {
-				bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
-			}
-		}
+		got := pollN(t, b, readBufs(perRead), len(run))
 		checkReceivedIDs(t, got, run, gsoIDs(run), from, b.LocalAddr())
 		for i, p := range got {
 			if !p.CE {

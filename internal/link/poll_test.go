@@ -34,20 +34,7 @@ func TestPollBatch(t *testing.T) {
 			if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
 				t.Fatalf("WriteBatch = %d, %v", n, err)
 			}
-			var got []Packet
-			for deadline := time.Now().Add(5 * time.Second); len(got) < len(sent) && time.Now().Before(deadline); {
-				n, err := b.PollBatch(bufs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, p := range bufs[:n] {
-					got = append(got, Packet{Buf: append([]byte(nil), p.Buf...), Peer: p.Peer})
-				}
-				for i := range bufs {
-					bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
-				}
-			}
-			checkReceived(t, got, sent, a.LocalAddr(), b.LocalAddr())
+			checkReceived(t, pollN(t, b, bufs, len(sent)), sent, a.LocalAddr(), b.LocalAddr())
 			b.Close()
 			if _, err := b.PollBatch(bufs); err == nil {
 				t.Error("PollBatch after Close: no error")
@@ -154,6 +141,26 @@ func TestReadLent(t *testing.T) {
 	checkReceived(t, got, sent, a.LocalAddr(), b.LocalAddr())
 }
 
+// pollN polls l with bufs until it has n packets, for up to 5 s, and
+// returns copies of them (buffer, peer, CE mark).
+func pollN(t *testing.T, l Link, bufs []Packet, n int) []Packet {
+	t.Helper()
+	var got []Packet
+	for deadline := time.Now().Add(5 * time.Second); len(got) < n && time.Now().Before(deadline); {
+		k, err := l.PollBatch(bufs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range bufs[:k] {
+			got = append(got, Packet{Buf: append([]byte(nil), p.Buf...), Peer: p.Peer, CE: p.CE})
+		}
+		for i := range bufs {
+			bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
+		}
+	}
+	return got
+}
+
 // TestPollBatchSizes: reads of 1, 2, 5 and MaxBatch packets at a time,
 // with empty polls between them, return every packet whole, in order and
 // from the right peer, GSO runs split into their segments, as the number
@@ -177,20 +184,7 @@ func TestPollBatchSizes(t *testing.T) {
 					t.Fatalf("round %d: WriteBatch = %d, %v", round, n, err)
 				}
 				bufs = bufs[:[]int{1, 2, 5, MaxBatch}[round%4]]
-				var got []Packet
-				for deadline := time.Now().Add(5 * time.Second); len(got) < len(sent) && time.Now().Before(deadline); {
-					n, err := b.PollBatch(bufs)
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, p := range bufs[:n] {
-						got = append(got, Packet{Buf: append([]byte(nil), p.Buf...), Peer: p.Peer})
-					}
-					for i := range bufs {
-						bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
-					}
-				}
-				checkReceived(t, got, sent, a.LocalAddr(), b.LocalAddr())
+				checkReceived(t, pollN(t, b, bufs, len(sent)), sent, a.LocalAddr(), b.LocalAddr())
 			}
 		})
 	}

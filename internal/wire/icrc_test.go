@@ -305,34 +305,25 @@ func BenchmarkICRC(b *testing.B) {
 		split := wire.BTHLen + wire.RETHLen
 		pkt := make([]byte, split+size)
 		payload := make([]byte, size)
-		b.Run(byteSize(size), func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(pkt)))
-			for b.Loop() {
-				f.ICRC(pkt)
-			}
-		})
-		b.Run("gather/"+byteSize(size), func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(pkt)))
-			for b.Loop() {
-				f.ICRCGather(pkt, split, payload)
-			}
-		})
-		b.Run("cached/"+byteSize(size), func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(pkt)))
-			for b.Loop() {
-				fc.ICRC(pkt)
-			}
-		})
-		b.Run("cached/gather/"+byteSize(size), func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(pkt)))
-			for b.Loop() {
-				fc.ICRCGather(pkt, split, payload)
-			}
-		})
+		for _, v := range []struct {
+			name string
+			f    *wire.IPFields
+		}{{"", &f}, {"cached/", &fc}} {
+			b.Run(v.name+byteSize(size), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(pkt)))
+				for b.Loop() {
+					v.f.ICRC(pkt)
+				}
+			})
+			b.Run(v.name+"gather/"+byteSize(size), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(pkt)))
+				for b.Loop() {
+					v.f.ICRCGather(pkt, split, payload)
+				}
+			})
+		}
 	}
 }
 
