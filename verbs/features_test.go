@@ -252,6 +252,55 @@ func TestCQOverrun(t *testing.T) {
 	}
 }
 
+// TestCQSizes: a CQ holds exactly the completions it was created for,
+// whether or not that is a power of two, hands them out oldest first as
+// its ring wraps, and reports an overrun once it is full.
+func TestCQSizes(t *testing.T) {
+	da, _ := newDevices(t)
+	for _, size := range []int{1, 3, 5, 100} {
+		cq, err := da.CreateCQ(size, nil)
+		must(t, err)
+		wc := make([]WC, 2)
+		const rounds = 3
+		for round := range rounds {
+			for i := range size {
+				cq.Push(WC{WRID: uint64(round*1000 + i)}, false)
+			}
+			if cq.Len() != size {
+				t.Fatalf("CQ of %d, round %d: %d completions after %d pushes", size, round, cq.Len(), size)
+			}
+			for i := 0; i < size; {
+				n := cq.Poll(wc)
+				if n == 0 {
+					t.Fatalf("CQ of %d, round %d: empty after %d polled", size, round, i)
+				}
+				for _, c := range wc[:n] {
+					if want := uint64(round*1000 + i); c.WRID != want {
+						t.Fatalf("CQ of %d, round %d: polled WR %d, want %d", size, round, c.WRID, want)
+					}
+					i++
+				}
+			}
+		}
+		next := uint64(rounds * 1000)
+		for i := range size {
+			cq.Push(WC{WRID: next + uint64(i)}, false)
+		}
+		select {
+		case ev := <-da.Events():
+			t.Fatalf("CQ of %d: event %v before it was full", size, ev.Type)
+		default:
+		}
+		cq.Push(WC{WRID: next + uint64(size)}, false)
+		if ev := expectEvent(t, da, EventCQErr); ev.CQ != cq {
+			t.Errorf("CQ of %d: CQ error for %p, want %p", size, ev.CQ, cq)
+		}
+		if cq.Len() != size {
+			t.Errorf("CQ of %d: %d completions after an overrun", size, cq.Len())
+		}
+	}
+}
+
 // TestCloseNoLeak: closing devices with outstanding work never blocks, and
 // every goroutine they started ends.
 func TestCloseNoLeak(t *testing.T) {

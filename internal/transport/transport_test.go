@@ -3,6 +3,8 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -396,5 +398,62 @@ func TestReadWindow(t *testing.T) {
 	// outstanding responses to 192.
 	if got := len(h.a.env.take()); got != 3 {
 		t.Errorf("%d READ requests sent at once with a 512-PSN window, want 3", got)
+	}
+}
+
+// TestQueueDepths: send and receive queues hold exactly the depth asked
+// for, whether or not it is a power of two, and keep their WQEs in order
+// as the rings wrap.
+func TestQueueDepths(t *testing.T) {
+	for _, depth := range []int{1, 3, 5, 64, 100} {
+		t.Run(fmt.Sprint(depth), func(t *testing.T) {
+			h := newHarness(t, 1024, nil)
+			for _, s := range []*side{h.a, h.b} {
+				s.qp = NewQP(Config{QPN: s.qp.cfg.QPN, PD: testPD, Mem: s.mem, SendCQ: s.cq, RecvCQ: s.cq,
+					SQ: NewSendQueue(depth), RQ: NewRecvQueue(depth), MaxSGE: 1}, s.env)
+				if d := s.qp.cfg.SQ.Depth(); d != depth {
+					t.Fatalf("send queue depth %d, want %d", d, depth)
+				}
+				if d := s.qp.cfg.RQ.Depth(); d != depth {
+					t.Fatalf("receive queue depth %d, want %d", d, depth)
+				}
+			}
+			connect(h.a.qp, h.b.qp, 1024, nil)
+			for round := range 3 {
+				sends := make([]SendWR, depth+1)
+				recvs := make([]RecvWR, depth+1)
+				for i := range sends {
+					id := uint64(round*1000 + i)
+					off := (round*(depth+1) + i) * 8
+					binary.LittleEndian.PutUint64(h.a.buf[off:], id)
+					sends[i] = SendWR{WRID: id, Opcode: WRSend, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(off, 8)}}
+					recvs[i] = RecvWR{WRID: id, SGL: []memory.SGE{h.b.sge(off, 8)}}
+				}
+				if n, err := h.a.qp.PostSend(sends, qpstate.RTS); n != depth || !errors.Is(err, ErrQueueFull) {
+					t.Fatalf("round %d: PostSend of %d WRs = %d, %v; want %d, ErrQueueFull", round, depth+1, n, err, depth)
+				}
+				if n, err := h.b.qp.cfg.RQ.Post(recvs); n != depth || !errors.Is(err, ErrQueueFull) {
+					t.Fatalf("round %d: Post of %d receive WRs = %d, %v; want %d, ErrQueueFull", round, depth+1, n, err, depth)
+				}
+				h.deliver()
+				for _, s := range []*side{h.a, h.b} {
+					if len(s.cq.wcs) != depth {
+						t.Fatalf("round %d: QP %#x: %d completions, want %d", round, s.qp.cfg.QPN, len(s.cq.wcs), depth)
+					}
+					for i, wc := range s.cq.wcs {
+						if wc.Status != WCSuccess || wc.WRID != sends[i].WRID {
+							t.Fatalf("round %d: QP %#x: completion %d is %+v, want WR %d", round, s.qp.cfg.QPN, i, wc, sends[i].WRID)
+						}
+					}
+					s.cq.wcs = nil
+				}
+				for i := range depth {
+					off := (round*(depth+1) + i) * 8
+					if got := binary.LittleEndian.Uint64(h.b.buf[off:]); got != sends[i].WRID {
+						t.Fatalf("round %d: SEND %d placed %d", round, i, got)
+					}
+				}
+			}
+		})
 	}
 }
