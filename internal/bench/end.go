@@ -22,9 +22,12 @@ import (
 //	tcp-source LOCAL SERVER:PORT SIZE N   send N bytes in SIZE-byte writes, wait for the sink to close, print "MiB/s X"
 //	tcp-echo ADDR SIZE                    listen on ADDR, print "port N", echo SIZE-byte messages of one connection
 //	tcp-ping LOCAL SERVER:PORT SIZE N     ping-pong N SIZE-byte messages, print "t_typical X" (µs, one way)
+//	tcp-spin-echo, tcp-spin-ping          tcp-echo and tcp-ping whose reads poll the socket, never blocking
 //
 // The TCP ends are the comparison's: one Go TCP stream, or one ping-pong,
-// between two processes, as goroce's two tools run.
+// between two processes, as goroce's two tools run. The spinning
+// ping-pong is the like-for-like reference for goroce's busy-poll
+// latency (spinningReads).
 func End(args []string, stdout, stderr io.Writer) int {
 	if len(args) >= 2 && args[0] == "perftest" {
 		t, ok := perftest.Tools[args[1]]
@@ -42,12 +45,27 @@ func End(args []string, stdout, stderr io.Writer) int {
 }
 
 // errEndArgs reports arguments End does not know.
-var errEndArgs = errors.New("want perftest TOOL ARGS, tcp-sink ADDR, tcp-source LOCAL SERVER:PORT SIZE N, tcp-echo ADDR SIZE or tcp-ping LOCAL SERVER:PORT SIZE N")
+var errEndArgs = errors.New("want perftest TOOL ARGS, tcp-sink ADDR, tcp-source LOCAL SERVER:PORT SIZE N, tcp-[spin-]echo ADDR SIZE or tcp-[spin-]ping LOCAL SERVER:PORT SIZE N")
 
 // tcpEnd runs one of End's TCP ends.
 func tcpEnd(args []string, stdout io.Writer) error {
 	if len(args) < 2 {
 		return errEndArgs
+	}
+	// reads makes an echo's or a ping's reader: one that polls for the
+	// spin- ends, one that blocks for the others.
+	spin := strings.HasPrefix(args[0], "tcp-spin-")
+	reads := func(c net.Conn) (readFull, error) {
+		if spin {
+			return spinningReads(c)
+		}
+		return blockingReads(c), nil
+	}
+	if spin {
+		args = append([]string{"tcp-" + strings.TrimPrefix(args[0], "tcp-spin-")}, args[1:]...)
+		if args[0] != "tcp-echo" && args[0] != "tcp-ping" {
+			return errEndArgs
+		}
 	}
 	switch {
 	case args[0] == "tcp-sink" && len(args) == 2:
@@ -61,7 +79,11 @@ func tcpEnd(args []string, stdout io.Writer) error {
 			return fmt.Errorf("size %q: want a positive number", args[2])
 		}
 		return serveOne(args[1], stdout, func(c net.Conn) error {
-			echo(c, size)
+			read, err := reads(c)
+			if err != nil {
+				return err
+			}
+			echo(c, read, size)
 			return nil
 		})
 	case (args[0] == "tcp-source" || args[0] == "tcp-ping") && len(args) == 5:
@@ -81,7 +103,11 @@ func tcpEnd(args []string, stdout io.Writer) error {
 		}
 		defer c.Close()
 		if args[0] == "tcp-ping" {
-			typical, err := pingPong(c, size, int(n))
+			read, err := reads(c)
+			if err != nil {
+				return err
+			}
+			typical, err := pingPong(c, read, size, int(n))
 			if err != nil {
 				return err
 			}

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/internal/perftest"
@@ -131,16 +133,69 @@ func tcpLatencySize(cfg Config, size int) (float64, error) {
 	}
 	defer c.Close()
 	defer s.Close()
-	go echo(s, size)
-	return pingPong(c, size, cfg.LatIters)
+	go echo(s, blockingReads(s), size)
+	return pingPong(c, blockingReads(c), size, cfg.LatIters)
+}
+
+// A readFull fills b from a connection, or fails.
+type readFull func(b []byte) error
+
+// blockingReads reads c as Go programs do: a read with nothing to read
+// parks the goroutine until the runtime's poller wakes it.
+func blockingReads(c net.Conn) readFull {
+	return func(b []byte) error {
+		_, err := io.ReadFull(c, b)
+		return err
+	}
+}
+
+// spinningReads reads c by polling its socket without ever blocking, as
+// goroce's busy-poll mode (ib_write_lat's) polls its own: the reader never
+// waits for a wake-up, so a ping-pong measures the network stack's path
+// rather than the scheduler's. Between two processes whose readers block,
+// each message also pays for waking an idle CPU, which on some VMs takes
+// tens of microseconds. The reader's thread spins until the data arrives
+// or the connection fails; the process is meant to do nothing else.
+func spinningReads(c net.Conn) (readFull, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("%T has no file descriptor to poll", c)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return func(b []byte) error {
+		var rerr error
+		n := 0
+		err := rc.Read(func(fd uintptr) bool {
+			for n < len(b) && rerr == nil {
+				m, err := syscall.Read(int(fd), b[n:])
+				switch {
+				case err == syscall.EAGAIN || err == syscall.EINTR:
+				case err != nil:
+					rerr = err
+				case m == 0:
+					rerr = io.ErrUnexpectedEOF
+					if n == 0 {
+						rerr = io.EOF
+					}
+				default:
+					n += m
+				}
+			}
+			return true
+		})
+		return errors.Join(err, rerr)
+	}, nil
 }
 
 // echo sends back each size-byte message it reads from c until c fails
 // or ends.
-func echo(c net.Conn, size int) {
+func echo(c net.Conn, read readFull, size int) {
 	b := make([]byte, size)
 	for {
-		if _, err := io.ReadFull(c, b); err != nil {
+		if err := read(b); err != nil {
 			return
 		}
 		if _, err := c.Write(b); err != nil {
@@ -152,7 +207,7 @@ func echo(c net.Conn, size int) {
 // pingPong sends iters size-byte messages over c (at least 5), each after
 // the echo of the one before, and returns perftest's t_typical of the
 // one-way latency (µs), as ib_write_lat measures it.
-func pingPong(c net.Conn, size, iters int) (float64, error) {
+func pingPong(c net.Conn, read readFull, size, iters int) (float64, error) {
 	p, err := perftest.Parse(perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}, []string{"-n", fmt.Sprint(max(iters, 5))})
 	if err != nil {
 		return 0, err
@@ -165,7 +220,7 @@ func pingPong(c net.Conn, size, iters int) (float64, error) {
 		if _, err := c.Write(b); err != nil {
 			return 0, err
 		}
-		if _, err := io.ReadFull(c, b); err != nil {
+		if err := read(b); err != nil {
 			return 0, err
 		}
 	}
