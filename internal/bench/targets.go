@@ -19,7 +19,10 @@ import (
 // runs the tools: goroce's ends are perftest tools, each in its own
 // process (ib_write_bw and ib_write_lat, on one P and polling as the
 // commands run), and TCP's are two Go processes moving the same bytes
-// over one stream, or ping-ponging the same messages. Each round runs
+// over one stream, or ping-ponging the same messages: once with reads
+// that block, as Go's do (the target's reference), and once with reads
+// that spin, as goroce's busy-poll mode does (printed beside it, no
+// target of its own). Each round runs
 // every measurement once, goroce and TCP alternating which goes first;
 // the summary gives each figure's median and range, each ratio taken
 // within its round, and the distance of each median to its target.
