@@ -161,14 +161,14 @@ type sameHost struct {
 
 	// Receiving: channels the listener accepted wait in added until the
 	// reader takes them into in (under u.readMu).
-	mu      sync.Mutex
-	added   []*shmIn
-	conns   map[*net.UnixConn]bool // open accepted connections, for close
-	pending atomic.Bool            // added is not empty
-	in      []*shmIn
-	next    int  // the channel to read first, for fairness
-	ringsUp bool // the last read returned ring packets: try the socket first
-	skipped int  // polls that did not look at the socket (shmSocketPolls)
+	mu          sync.Mutex
+	added       []*shmIn
+	conns       map[*net.UnixConn]bool // open accepted connections, for close
+	pending     atomic.Bool            // added is not empty
+	in          []*shmIn
+	next        int    // the channel to read first, for fairness
+	skipped     int    // reads since the last that looked at the socket (shmSocketPolls)
+	socketPolls uint64 // reads that looked at the socket without waiting (tests)
 }
 
 // shmOut is a channel this link sends on.

@@ -504,3 +504,74 @@ func BenchmarkSameHost(b *testing.B) {
 		})
 	}
 }
+
+// TestSameHostSocketPolls: with a same-host channel open, a poller looks
+// at its socket on one read in shmSocketPolls, whether the reads between
+// found ring packets or not, so that a ping-pong's message a read does not
+// cost a system call each; and a datagram waiting on the socket is read
+// within that many reads while the ring always has a packet.
+func TestSameHostSocketPolls(t *testing.T) {
+	a, b := sameHostPair(t)
+	to := b.LocalAddr()
+	// The first packet opens the channel.
+	a.WriteBatch(batch(1, to))
+	readN(t, b, 1)
+	waitFor(t, "a same-host channel", func() bool {
+		a.WriteBatch(batch(1, to))
+		readN(t, b, 1)
+		return a.Stats().SameHostSent > 0
+	})
+	bufs := readBufs(MaxBatch)
+	// readOne writes one packet to the ring and polls b until a read
+	// returns something, which it returns.
+	readOne := func(write bool) []Packet {
+		t.Helper()
+		if write {
+			if n, err := a.WriteBatch(batch(1, to)); n != 1 || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			for i := range bufs {
+				bufs[i].Buf = bufs[i].Buf[:cap(bufs[i].Buf)]
+			}
+			n, err := b.PollBatch(bufs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				return bufs[:n]
+			}
+		}
+		t.Fatal("nothing to read")
+		return nil
+	}
+
+	// A ping-pong: one ring packet for each read.
+	const reads = 10 * shmSocketPolls
+	before := b.sh.socketPolls
+	for range reads {
+		if got := readOne(true); len(got) != 1 || got[0].Peer != a.LocalAddr() {
+			t.Fatalf("read %d packets, the first from %v; want 1 from %v", len(got), got[0].Peer, a.LocalAddr())
+		}
+	}
+	if polls := b.sh.socketPolls - before; polls < reads/shmSocketPolls-1 || polls > reads/shmSocketPolls+1 {
+		t.Errorf("%d reads with a ring packet each looked at the socket %d times, want %d", reads, polls, reads/shmSocketPolls)
+	}
+
+	// A datagram from a link without the same-host path waits on the
+	// socket while the ring has a packet for every read.
+	c, _ := udpPair(t, "127.0.0.3", "127.0.0.3")
+	if n, err := c.WriteBatch(batch(1, to)); n != 1 || err != nil {
+		t.Fatalf("WriteBatch over UDP = %d, %v", n, err)
+	}
+	for i := 1; ; i++ {
+		got := readOne(true)
+		if got[0].Peer == c.LocalAddr() {
+			break
+		}
+		if i > shmSocketPolls {
+			t.Fatalf("the socket's datagram not read in %d reads with ring packets", i)
+		}
+	}
+}

@@ -393,26 +393,37 @@ func (u *UDP) readLocked(pkts []Packet, wait, lend bool) (int, error) {
 		return u.readSocket(pkts, wait, lend)
 	}
 	for {
+		// With same-host channels open, a read looks at the socket first
+		// on one read in shmSocketPolls, whether the rings had packets
+		// for the reads between or not: a look at the rings costs
+		// nanoseconds, one at the socket a system call, and a stream on
+		// the rings must not starve the socket. (Looking at the socket
+		// after every read that found ring packets cost a latency
+		// ping-pong a system call per message.)
 		polled := false
-		if s.ringsUp {
-			s.ringsUp, polled = false, true
+		if s.skipped >= shmSocketPolls-1 {
+			s.skipped, polled = 0, true
+			s.socketPolls++
 			if n, err := u.readSocket(pkts, false, lend); n > 0 || err != nil {
 				return n, err
 			}
 		}
 		if n := s.read(pkts, lend); n > 0 {
-			s.ringsUp = true
+			if !polled {
+				s.skipped++
+			}
 			return n, nil
 		}
 		if !wait {
-			// A busy poller with same-host peers looks at the socket
-			// only every shmSocketPolls-th time: a look at the rings
-			// costs nanoseconds, one at the socket a system call.
-			if polled || (len(s.in) > 0 && s.skipped < shmSocketPolls-1) {
+			switch {
+			case polled:
+				return 0, nil
+			case len(s.in) > 0:
 				s.skipped++
 				return 0, nil
 			}
-			s.skipped = 0
+			// No same-host channel yet: the socket is the only way in.
+			s.socketPolls++
 			return u.readSocket(pkts, false, lend)
 		}
 		// A producer rings the doorbell only for a consumer that said it
