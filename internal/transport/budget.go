@@ -33,17 +33,20 @@ type budgetWait struct {
 }
 
 // minGrant is the fewest PSNs a budget grants a QP that asks for more:
-// four 64 KiB messages at MTU 4096, rxe's ACK cadence (MaxPktPerAck).
-// Handing out PSNs a few at a time, as ACKs return them, would cut
+// a whole send window (MaxUnackedPSNs), eight 64 KiB messages at MTU
+// 4096. Handing out PSNs a few at a time, as ACKs return them, would cut
 // messages into short bursts that each ask for an ACK, and a QP among
 // hundreds would send one message per turn, every turn on per-QP state
 // that the other QPs' payloads have pushed out of the cache. 64 instead
 // of 16 (a message at a time): 256 and 1024 QPs between two processes
 // moved 1.32× and 1.11× the bytes in one sitting, 1.29× and 1.21× in
-// another (docs/perf/HISTORY.md, sixteenth round).
+// another (docs/perf/HISTORY.md, sixteenth round); 128 instead of 64:
+// 1.06× and 1.13×, ahead in 8 and 10 of 10 rotated rounds, 16 QPs 1.05×,
+// one QP and 64-byte messages unchanged (twenty-first round).
 // The price is paid in a long queue: a QP waits for the grants of the
-// QPs ahead of it, now up to 64 PSNs each, in place of 16.
-const minGrant = MaxPktPerAck
+// QPs ahead of it, now up to 128 PSNs each; with a budget of 1024, eight
+// QPs send at a time.
+const minGrant = MaxUnackedPSNs
 
 // grantAhead is how far past the message it starts a requester asks its
 // budget for: the PSNs of the SENDs and WRITEs queued behind it, up to

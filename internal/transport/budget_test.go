@@ -13,15 +13,14 @@ import (
 // serve wait in order, each once, and get PSNs set aside (and a wake-up)
 // as PSNs come back.
 func TestBudgetGrants(t *testing.T) {
-	if minGrant != 64 {
-		t.Fatalf("minGrant %d: the steps below are written for 64", minGrant)
-	}
+	const m = minGrant
 	var woken []*QP
-	b := NewBudget(256, func(qp *QP) { woken = append(woken, qp) })
+	b := NewBudget(4*m, func(qp *QP) { woken = append(woken, qp) })
 	q := make([]*QP, 5)
 	for i := range q {
 		q[i] = &QP{}
 	}
+	const q0, q1 = 2*m + m/4, 4*m - (2*m + m/4) - 6 // what q0 and q1 take: 6 are left
 	steps := []struct {
 		name       string
 		do         func() int
@@ -32,18 +31,18 @@ func TestBudgetGrants(t *testing.T) {
 		wantAside  int // of q[2]
 		wantQ2Wait bool
 	}{
-		{"q0 takes what it wants", func() int { return b.take(q[0], 1, 150) }, 150, 106, 0, nil, 0, false},
-		{"q1 takes what it wants, more than minGrant", func() int { return b.take(q[1], 1, 100) }, 100, 6, 0, nil, 0, false},
-		{"q2 waits", func() int { return b.take(q[2], 1, 64) }, 0, 6, 1, nil, 0, true},
-		{"q2 asks again: still waits, queued once", func() int { return b.take(q[2], 1, 64) }, 0, 6, 1, nil, 0, true},
-		{"q3 waits behind q2", func() int { return b.take(q[3], 1, 64) }, 0, 6, 2, nil, 0, true},
-		{"30 back: too few for q2's minGrant", func() int { b.give(30); return 0 }, 0, 36, 2, nil, 0, true},
-		{"30 more: q2 gets 64 set aside, q3 still waits", func() int { b.give(30); return 0 }, 0, 2, 1, []*QP{q[2]}, 64, false},
-		{"q4 may not overtake q3", func() int { return b.take(q[4], 1, 2) }, 0, 2, 2, []*QP{q[2]}, 64, false},
-		{"q2's take hands over what was set aside", func() int { return b.take(q[2], 1, 64) }, 64, 2, 2, []*QP{q[2]}, 0, false},
-		{"q3 leaves: q4 is served at once", func() int { b.leave(q[3]); return 0 }, 0, 0, 0, []*QP{q[2], q[4]}, 0, false},
-		{"q4 leaves with its PSNs set aside: they come back", func() int { b.leave(q[4]); return 0 }, 0, 2, 0, []*QP{q[2], q[4]}, 0, false},
-		{"everything back", func() int { b.give(150 + 100 + 64 - 60); return 0 }, 0, 256, 0, []*QP{q[2], q[4]}, 0, false},
+		{"q0 takes what it wants", func() int { return b.take(q[0], 1, q0) }, q0, 4*m - q0, 0, nil, 0, false},
+		{"q1 takes what it wants, more than minGrant", func() int { return b.take(q[1], 1, q1) }, q1, 6, 0, nil, 0, false},
+		{"q2 waits", func() int { return b.take(q[2], 1, m) }, 0, 6, 1, nil, 0, true},
+		{"q2 asks again: still waits, queued once", func() int { return b.take(q[2], 1, m) }, 0, 6, 1, nil, 0, true},
+		{"q3 waits behind q2", func() int { return b.take(q[3], 1, m) }, 0, 6, 2, nil, 0, true},
+		{"m/2 back: too few for q2's minGrant", func() int { b.give(m / 2); return 0 }, 0, m/2 + 6, 2, nil, 0, true},
+		{"m/2 more: q2 gets minGrant set aside, q3 still waits", func() int { b.give(m / 2); return 0 }, 0, 6, 1, []*QP{q[2]}, m, false},
+		{"q4 may not overtake q3", func() int { return b.take(q[4], 1, 2) }, 0, 6, 2, []*QP{q[2]}, m, false},
+		{"q2's take hands over what was set aside", func() int { return b.take(q[2], 1, m) }, m, 6, 2, []*QP{q[2]}, 0, false},
+		{"q3 leaves: q4 is served at once", func() int { b.leave(q[3]); return 0 }, 0, 4, 0, []*QP{q[2], q[4]}, 0, false},
+		{"q4 leaves with its PSNs set aside: they come back", func() int { b.leave(q[4]); return 0 }, 0, 6, 0, []*QP{q[2], q[4]}, 0, false},
+		{"everything back", func() int { b.give(q0 + q1 + m - (m/2 + m/2)); return 0 }, 0, 4 * m, 0, []*QP{q[2], q[4]}, 0, false},
 	}
 	for _, s := range steps {
 		if got := s.do(); got != s.want {
@@ -178,16 +177,16 @@ func TestBudgetWants(t *testing.T) {
 		want   int
 	}{
 		{"one 16-packet WRITE", 512, func(h *harness) []SendWR { return []SendWR{write(h, 16*256, 0)} }, 16},
-		{"eight 16-packet WRITEs: four of them", 512, func(h *harness) []SendWR {
-			return slices.Repeat([]SendWR{write(h, 16*256, SendSignaled)}, 8)
-		}, 64},
+		{"twelve 16-packet WRITEs: grantAhead's worth", 512, func(h *harness) []SendWR {
+			return slices.Repeat([]SendWR{write(h, 16*256, SendSignaled)}, 12)
+		}, grantAhead},
 		{"40 one-packet WRITEs", 512, func(h *harness) []SendWR { return slices.Repeat([]SendWR{write(h, 64, 0)}, 40) }, 40},
 		{"60 one-packet WRITEs: all of them", 512, func(h *harness) []SendWR {
 			return slices.Repeat([]SendWR{write(h, 64, 0)}, 60)
 		}, 60},
-		{"a 20-packet WRITE and 50 more packets: capped at grantAhead", 512, func(h *harness) []SendWR {
-			return []SendWR{write(h, 20*256, 0), write(h, 30*256, 0), write(h, 20*256, 0)}
-		}, 64},
+		{"a 20-packet WRITE and 130 more packets: capped at grantAhead", 512, func(h *harness) []SendWR {
+			return []SendWR{write(h, 20*256, 0), write(h, 60*256, 0), write(h, 70*256, 0)}
+		}, grantAhead},
 		{"a READ stops it", 512, func(h *harness) []SendWR {
 			return []SendWR{write(h, 16*256, 0), read(h, 256), write(h, 16*256, 0)}
 		}, 16},
@@ -213,43 +212,45 @@ func TestBudgetWants(t *testing.T) {
 
 // TestBudgetGrantsAhead: a QP that waits for its budget behind another
 // gets nothing while PSNs come back one message (16) at a time, then a
-// grant of minGrant once they add up, and sends four whole messages in
-// its next turn, the last packet asking for the ACK that gives them back.
+// grant of minGrant once they add up, and sends that many PSNs' whole
+// messages in its next turn, the last packet asking for the ACK that gives
+// them back.
 func TestBudgetGrantsAhead(t *testing.T) {
+	const msgs = minGrant / 16 // 16-packet messages in a grant
 	var woken []*QP
-	b := NewBudget(128, func(qp *QP) { woken = append(woken, qp) })
+	b := NewBudget(minGrant, func(qp *QP) { woken = append(woken, qp) })
 	ha, hb := newHarness(t, 256, nil), newHarness(t, 256, nil)
 	for _, h := range []*harness{ha, hb} {
 		h.a.qp.cfg.Window, h.a.qp.cfg.Budget = 512, b
-		for i := range 8 {
+		for i := range msgs {
 			h.post(h.a, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(i*4096, 4096)},
 				RemoteAddr: h.b.mr.Addr() + uint64(i*4096), RKey: h.b.mr.RKey()})
 		}
 	}
 	ha.a.qp.Progress(ha.now)
 	sent := ha.a.env.take()
-	if len(sent) != 128 || b.Available() != 0 {
-		t.Fatalf("the first QP sent %d packets, the budget has %d left; want 128 and 0", len(sent), b.Available())
+	if len(sent) != minGrant || b.Available() != 0 {
+		t.Fatalf("the first QP sent %d packets, the budget has %d left; want %d and 0", len(sent), b.Available(), minGrant)
 	}
 	hb.a.qp.Progress(hb.now)
 	if n := len(hb.a.env.take()); n != 0 || !hb.a.qp.budget.waiting || hb.a.qp.budget.want != minGrant {
 		t.Fatalf("the second QP sent %d packets, waits %v for %d PSNs; want 0, true, %d", n, hb.a.qp.budget.waiting, hb.a.qp.budget.want, minGrant)
 	}
-	for m := range 4 { // the first QP's messages are acknowledged one by one
+	for m := range msgs { // the first QP's messages are acknowledged one by one
 		ha.move(sent[16*m:16*m+16], ha.b, true)
 		ha.b.qp.Progress(ha.now)
 		ha.move(ha.b.env.take(), ha.a, false)
-		if m < 3 && (len(woken) != 0 || b.Available() != 16*(m+1)) {
+		if m < msgs-1 && (len(woken) != 0 || b.Available() != 16*(m+1)) {
 			t.Fatalf("after %d ACKs: budget %d, woken %d; want %d and none", m+1, b.Available(), len(woken), 16*(m+1))
 		}
 	}
 	if len(woken) != 1 || woken[0] != hb.a.qp || hb.a.qp.budget.aside != minGrant {
-		t.Fatalf("after 64 PSNs came back: woken %v, set aside %d; want the second QP, %d", woken, hb.a.qp.budget.aside, minGrant)
+		t.Fatalf("after %d PSNs came back: woken %v, set aside %d; want the second QP, %d", minGrant, woken, hb.a.qp.budget.aside, minGrant)
 	}
 	hb.a.qp.Progress(hb.now)
 	turn := hb.a.env.take()
-	if len(turn) != 64 {
-		t.Fatalf("the second QP's turn sent %d packets, want 64 (four messages)", len(turn))
+	if len(turn) != minGrant {
+		t.Fatalf("the second QP's turn sent %d packets, want %d (%d messages)", len(turn), minGrant, msgs)
 	}
 	for i, p := range turn {
 		var pkt wire.Packet
