@@ -225,6 +225,9 @@ func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 	spin := func(r *TargetRound) float64 { return r.TCPSpinLat }
 	fmt.Fprintf(out, row, "  the same, TCP's readers spinning", "", cell(lat, "%.2f"), cell(spin, "%.2f"),
 		cell(func(r *TargetRound) float64 { return lat(r) / spin(r) }, "%.2fx"), "(reference)")
+	if f := medianOf(rounds, func(r *TargetRound) float64 { return r.TCPLat }) / medianOf(rounds, spin); f > 2 {
+		fmt.Fprintf(out, "   (TCP's blocking ping-pong took %.1fx its spinning one: waking the other process costs most of it on this host, so the latency verdict above says more about the host than about goroce)\n", f)
+	}
 	line("ib_write_bw 64 B [M msg/s]", targetRate, "%.2f", func(r *TargetRound) float64 { return r.Rate }, nil, nil)
 	for i, q := range cfg.QPs {
 		g := func(r *TargetRound) float64 { return r.QPBW[i] }

@@ -66,6 +66,19 @@ func TestPrintTargets(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "blocking ping-pong took") {
+		t.Errorf("a note on TCP's wake-ups where its blocking ping-pong took 1.6x its spinning one:\n%s", out)
+	}
+	// A blocking TCP ping-pong that mostly waits for wake-ups is named as such.
+	for _, r := range rounds {
+		r.TCPLat *= 4
+	}
+	b.Reset()
+	PrintTargets(&b, cfg, rounds)
+	if out := b.String(); !strings.Contains(out, "(TCP's blocking ping-pong took 6.4x its spinning one: waking the other process costs most of it on this host") ||
+		!strings.Contains(out, "0.25x (0.23x–0.38x)  met") {
+		t.Errorf("no note on TCP's wake-ups, or the verdict changed:\n%s", out)
+	}
 }
 
 func TestEndFigure(t *testing.T) {
