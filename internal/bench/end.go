@@ -54,7 +54,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 	}
 	// reads makes an echo's or a ping's reader: one that polls for the
 	// spin- ends, one that blocks for the others.
-	spin := strings.HasPrefix(args[0], "tcp-spin-")
+	kind, spin := strings.CutPrefix(args[0], "tcp-spin-")
 	reads := func(c net.Conn) (readFull, error) {
 		if spin {
 			return spinningReads(c)
@@ -62,10 +62,10 @@ func tcpEnd(args []string, stdout io.Writer) error {
 		return blockingReads(c), nil
 	}
 	if spin {
-		args = append([]string{"tcp-" + strings.TrimPrefix(args[0], "tcp-spin-")}, args[1:]...)
-		if args[0] != "tcp-echo" && args[0] != "tcp-ping" {
+		if kind != "echo" && kind != "ping" {
 			return errEndArgs
 		}
+		args = append([]string{"tcp-" + kind}, args[1:]...)
 	}
 	switch {
 	case args[0] == "tcp-sink" && len(args) == 2:

@@ -217,15 +217,15 @@ func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 	}
 	vsTCP(fmt.Sprintf("ib_write_bw %d B, 1 QP [MiB/s]", cfg.Size), bwTarget, "%.0f", bw, func(r *TargetRound) float64 { return r.TCPBW })
 	vsTCP("CPU seconds per GB, both processes", targetCPU, "%.2f", func(r *TargetRound) float64 { return r.CPUPerGB }, func(r *TargetRound) float64 { return r.TCPCPUPerGB })
-	lat := func(r *TargetRound) float64 { return r.Lat }
-	vsTCP("ib_write_lat 2 B t_typical [usec]", targetLat, "%.2f", lat, func(r *TargetRound) float64 { return r.TCPLat })
+	lat, tcpLat := func(r *TargetRound) float64 { return r.Lat }, func(r *TargetRound) float64 { return r.TCPLat }
+	vsTCP("ib_write_lat 2 B t_typical [usec]", targetLat, "%.2f", lat, tcpLat)
 	// goroce's busy-poll latency against TCP's whose readers spin too: no
 	// target of the issue's, the like-for-like reference beside the one
 	// above, whose TCP readers block and wait to be woken.
 	spin := func(r *TargetRound) float64 { return r.TCPSpinLat }
 	fmt.Fprintf(out, row, "  the same, TCP's readers spinning", "", cell(lat, "%.2f"), cell(spin, "%.2f"),
 		cell(func(r *TargetRound) float64 { return lat(r) / spin(r) }, "%.2fx"), "(reference)")
-	if f := medianOf(rounds, func(r *TargetRound) float64 { return r.TCPLat }) / medianOf(rounds, spin); f > 2 {
+	if f := medianOf(rounds, tcpLat) / medianOf(rounds, spin); f > 2 {
 		fmt.Fprintf(out, "   (TCP's blocking ping-pong took %.1fx its spinning one: waking the other process costs most of it on this host, so the latency verdict above says more about the host than about goroce)\n", f)
 	}
 	line("ib_write_bw 64 B [M msg/s]", targetRate, "%.2f", func(r *TargetRound) float64 { return r.Rate }, nil, nil)
@@ -310,18 +310,21 @@ func (r *targetRun) round(i int) (*TargetRound, error) {
 		}
 		return err
 	}, func() error {
-		out, _, err := r.tcp([]string{"tcp-echo", cfg.Server.String(), "2"}, "tcp-ping", "2", lat)
-		if err == nil {
-			t.TCPLat, err = endFigure(out, "t_typical")
+		// TCP's ping-pong with blocking reads (the target's), then with
+		// spinning ones (the reference).
+		for _, p := range []struct {
+			end string
+			lat *float64
+		}{{"tcp-", &t.TCPLat}, {"tcp-spin-", &t.TCPSpinLat}} {
+			out, _, err := r.tcp([]string{p.end + "echo", cfg.Server.String(), "2"}, p.end+"ping", "2", lat)
+			if err == nil {
+				*p.lat, err = endFigure(out, "t_typical")
+			}
+			if err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return err
-		}
-		out, _, err = r.tcp([]string{"tcp-spin-echo", cfg.Server.String(), "2"}, "tcp-spin-ping", "2", lat)
-		if err == nil {
-			t.TCPSpinLat, err = endFigure(out, "t_typical")
-		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err
