@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/wire"
 )
 
 // recvmmsg and sendmmsg are called directly rather than through
@@ -251,4 +253,64 @@ func (m *mmsg) setCE(i int, ce, is6 bool) {
 	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], ecnCE)
 	h.Control = &b[0]
 	h.SetControllen(unix.CmsgSpace(4))
+}
+
+// readAsk sizes the reads that do not wait (PollBatch, a busy poller's):
+// how many datagrams each asks recvmmsg for. recvmmsg goes on reading
+// until it has as many as it asked for, and the try that finds the queue
+// empty costs what a read does before it dequeues (the next message
+// header copied in, its I/O vector imported). A ping-pong's poller pays
+// it on every message, each of which comes alone, between reads that
+// find nothing. So after a read that found a lone request (one datagram
+// of at most loneBytes that is not an ACK) the next read asks for one
+// datagram, unless that read itself asked for one right after a read
+// that found something: two reads in a row that found one each mean
+// datagrams come faster than the poller reads them (a stream), and the
+// next read asks for all, as every other read does.
+//
+// 2-byte ib_write_lat between two processes: 4.88 against 5.00 µs one
+// way, ahead in 8 of 8 rotated runs; 64-byte WRITEs' rate and 64 KiB
+// WRITEs' bandwidth unchanged within the noise (docs/perf/HISTORY.md,
+// twenty-second round). ACKs are left out: a bandwidth test's requester
+// reads them at random times, often two queued, and asking for one after
+// each made the 64-byte test's client read its socket 46 % more often.
+// Asking for as many as the last read found cost 64-byte WRITEs 9 % of
+// their rate: with UDP_GRO a stream's datagrams are super-packets, and a
+// read of one datagram can hold dozens of packets.
+type readAsk struct {
+	one  bool // the next read asks for one datagram
+	last bool // the last read found something
+}
+
+// loneBytes is the largest datagram readAsk takes for a lone request: a
+// small WRITE or SEND and the ACK that rides with it.
+const loneBytes = 512
+
+// next returns how many of max datagrams the next read asks for.
+func (a *readAsk) next(max int) int {
+	if a.one {
+		return 1
+	}
+	return max
+}
+
+// got notes that a read that asked for asked datagrams found k; first is
+// the first datagram's start (its BTH), when k > 0.
+func (a *readAsk) got(asked, k int, first []byte) {
+	if k > 0 {
+		lone := k == 1 && len(first) <= loneBytes && len(first) > 0 &&
+			first[0] != wire.OpAcknowledge && first[0] != wire.OpAtomicAcknowledge
+		a.one = lone && !(asked == 1 && a.last)
+	}
+	a.last = k > 0
+}
+
+// first returns what the last read put in message i: its bytes, at most
+// the buffer's.
+func (m *mmsg) first(i int) []byte {
+	n := min(int(m.hs[i].n), int(m.iovs[i].Len))
+	if n <= 0 || m.iovs[i].Base == nil {
+		return nil
+	}
+	return unsafe.Slice(m.iovs[i].Base, n)
 }

@@ -145,6 +145,7 @@ type UDP struct {
 	readMu sync.Mutex
 	rd     *mmsg            // guarded by readMu
 	rxHdr  wire.HeaderCache // the received packets' ICRC headers; guarded by readMu
+	ask    readAsk          // how many datagrams a poll asks for; guarded by readMu
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 	sh  *sameHost  // nil: no same-host path (UDPConfig.SameHost)
@@ -485,9 +486,16 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 		u.sock.unwatch() // the reader makes way for a busy poller
 		return 0, nil
 	}
-	k, err := u.rd.readFrom(u.sock, cnt, wait)
+	asked := cnt
+	if !wait {
+		asked = u.ask.next(cnt)
+	}
+	k, err := u.rd.readFrom(u.sock, asked, wait)
 	switch {
 	case err == nil:
+		if !wait {
+			u.ask.got(asked, k, u.rd.first(0))
+		}
 		return k, nil
 	case errors.Is(err, errInterrupted):
 		return 0, nil
