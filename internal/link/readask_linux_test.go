@@ -34,7 +34,7 @@ func TestReadAsk(t *testing.T) {
 		{"ping-pong", []read{{0, nil}, {1, req(56)}, {0, nil}, {1, req(56)}, {0, nil}, {1, req(36)}}, 1},
 		{"lone request at the start", []read{{1, req(56)}}, 1},
 		{"stream: two lone requests in a row", []read{{0, nil}, {1, req(56)}, {1, req(56)}}, max},
-		{"a stream goes on", []read{{0, nil}, {1, req(56)}, {1, req(56)}, {1, req(56)}}, 1},
+		{"a lone request found by a read of all", []read{{0, nil}, {1, req(56)}, {1, req(56)}, {1, req(56)}}, 1},
 		{"largest lone request", []read{{0, nil}, {1, req(loneBytes)}}, 1},
 		{"too large to be lone", []read{{0, nil}, {1, req(loneBytes + 1)}}, max},
 		{"ACK", []read{{0, nil}, {1, ack}}, max},
@@ -60,9 +60,9 @@ func TestReadAsk(t *testing.T) {
 }
 
 // TestPollAsksOne: over a UDP link, a poll after a lone request asks the
-// socket for one datagram, and when more arrive than that than it asked
-// for, none is lost: the poll after one that found as many as it asked
-// for asks for all again.
+// socket for one datagram, and when more arrive than it asks for, none is
+// lost and they come in order. (When the asks grow again is TestReadAsk's:
+// here it would depend on when the kernel queues each datagram.)
 func TestPollAsksOne(t *testing.T) {
 	for _, cfg := range []UDPConfig{{}, {NoGSO: true}} {
 		a, b := udpPairConfig(t, "127.0.0.1", "127.0.0.2", cfg)
@@ -110,9 +110,6 @@ func TestPollAsksOne(t *testing.T) {
 				send(sent[i : i+1])
 			}
 			checkReceived(t, pollN(t, b, bufs, len(sent)), sent, a.LocalAddr(), b.LocalAddr())
-			if got := asks(); got != MaxBatch {
-				t.Errorf("after a stream the next poll asks for %d datagrams, want all (%d)", got, MaxBatch)
-			}
 		})
 	}
 }
