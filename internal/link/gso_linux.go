@@ -23,10 +23,10 @@ import (
 //
 // The IPv4 ID of the segments: segmentation gives segment k of a
 // super-packet the ID base+k, and base is 0 for an unconnected socket with
-// DF set (REFERENCE.md §9; measured through a tun device by
-// TestGSOSegmentIDs). So segment k gets its ICRC over ID k, which is what a
-// receiver that sees the real IP header (rxe) checks. A single datagram
-// stays at ID 0.
+// DF set (REFERENCE.md §9), the socket counter's next value for a
+// connected one (idprobe_linux.go; both measured through a tun device by
+// TestGSOSegmentIDs). So segment k gets its ICRC over ID base+k, which is
+// what a receiver that sees the real IP header (rxe) checks.
 //
 // Receive: with UDP_GRO a socket gets a super-packet whole, with a control
 // message giving the segment size, if it arrives unsegmented; otherwise,
@@ -34,9 +34,10 @@ import (
 // queuing (same IDs). ReadBatch reads up to groSlots datagrams into
 // 64 KiB buffers of its own, splits them, and copies each packet into
 // the caller's buffer. The ID of segment k is unknown to a UDP socket; it
-// is checked with ID k first (for goroce's GSO super-packets: one CRC),
-// which is the previous segment's ID plus 1; only a packet for which that
-// fails costs an ID recovery (wire.IPv4IDFromDelta).
+// is checked first with the ID the peer's earlier datagrams predict for
+// the first segment (idGuess) and the previous segment's ID plus 1 for
+// the others; only a packet for which that fails costs an ID recovery
+// (wire.IPv4IDFromDelta).
 //
 // Cost of the scheme: a socket with SO_NO_CHECK cannot send UDP_SEGMENT
 // (the kernel answers EINVAL), so a link with GSO sends IPv4 datagrams
@@ -85,6 +86,14 @@ func (m *mmsg) setMsg(j, i, nv, segs int, a netip.AddrPort, scope uint32, segSiz
 	h.SetControllen(unix.CmsgSpace(2))
 }
 
+// connected makes message j leave without an address, by its socket's
+// connected route (setMsg gave it one), if conn is true.
+func (m *mmsg) connected(j int, conn bool) {
+	if conn {
+		m.hs[j].hdr.Namelen = 0
+	}
+}
+
 // rxMeta returns what the control messages of received message i say:
 // whether it arrived marked ECN CE (IP_TOS, IPV6_TCLASS), the segment
 // size of a GRO super-packet (UDP_GRO; 0 for a single datagram), and the
@@ -130,6 +139,11 @@ type groReader struct {
 	seg    int    // segment size
 	off    int    // bytes of data already split
 	nextID uint16 // the IPv4 ID the next segment most likely carries
+
+	// The IDs of the datagram's first and last good segments, for
+	// UDP.rxIDs once the next datagram starts (seen: there was one).
+	base, last uint16
+	seen       bool
 }
 
 // readGRO is ReadBatch (PollBatch, with wait false; ReadLent, with lend)
@@ -189,7 +203,14 @@ func (u *UDP) readGRO(pkts []Packet, wait, lend bool) (int, error) {
 			if lend {
 				p.Lent = pkt
 			}
+			if got != id && g.peer.Addr().Is4() {
+				c.recovered++
+			}
 			g.nextID = got + 1
+			if !g.seen {
+				g.base, g.seen = got, true
+			}
+			g.last = got
 			p.Peer, p.CE, p.SrcPort, p.ICRCPending = g.peer, g.ce, 0, false
 			c.packets++
 			c.bytes += uint64(len(seg))
@@ -217,7 +238,10 @@ func (u *UDP) startDatagram(g *groReader, m *mmsg, c *rxCount) bool {
 	if seg <= 0 || seg > size {
 		seg = size // a single datagram
 	}
+	if g.seen {
+		u.rxIDs.note(g.peer, g.base, g.last)
+	}
 	g.data = g.arena[i*groBufSize : i*groBufSize+size]
-	g.peer, g.ce, g.seg, g.nextID = peer, ce, seg, 0
+	g.peer, g.ce, g.seg, g.nextID, g.seen = peer, ce, seg, u.rxIDs.next(peer), false
 	return true
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -169,7 +170,9 @@ func groSize(oob []byte) int {
 // segmentation: a tun device has no UDP segmentation offload (like the tap
 // of a QEMU guest), so a super-packet routed to it is segmented in
 // software, and the test reads the IP packets from the device. Segment k
-// must carry IPv4 ID k and DF, and every segment a correct ICRC over its
+// must carry IPv4 ID k and DF from the link's own port, base+k from a
+// connected per-QP port socket (the kernel's counter, which the link
+// learned and counts: wantIDs), and every segment a correct ICRC over its
 // real IP header. Needs root and /dev/net/tun; run it in a private network
 // namespace (the device is named gso-tun*, its addresses are 198.18.0.0/24
 // and fd00:198:18::/64).
@@ -191,9 +194,14 @@ func TestGSOSegmentIDs(t *testing.T) {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	for _, tc := range []struct{ name, local, peer string }{
-		{"IPv4", "198.18.0.1", "198.18.0.2"},
-		{"IPv6", "fd00:198:18::1", "fd00:198:18::2"},
+	for _, tc := range []struct {
+		name, local, peer string
+		port              uint16 // per-QP source port; 0: the link's own
+	}{
+		{"IPv4", "198.18.0.1", "198.18.0.2", 0},
+		{"IPv6", "fd00:198:18::1", "fd00:198:18::2", 0},
+		{"IPv4/connected port", "198.18.0.1", "198.18.0.2", SourcePort(0x21)},
+		{"IPv6/connected port", "fd00:198:18::1", "fd00:198:18::2", SourcePort(0x21)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, err := ListenUDP(UDPConfig{Addr: netip.AddrPortFrom(netip.MustParseAddr(tc.local), 47910)})
@@ -203,10 +211,21 @@ func TestGSOSegmentIDs(t *testing.T) {
 			defer a.Close()
 			peer := netip.AddrPortFrom(netip.MustParseAddr(tc.peer), wire.UDPPort)
 			pkts := gsoBatch(peer)
-			if n, err := a.WriteBatch(pkts); n != len(pkts) || err != nil {
+			for i := range pkts {
+				pkts[i].SrcPort = tc.port
+			}
+			// Twice: the second batch's IDs follow on from the first's.
+			if n, err := a.WriteBatch(pkts[:len(pkts)/2]); n != len(pkts)/2 || err != nil {
 				t.Fatalf("WriteBatch = %d, %v", n, err)
 			}
-			ids := gsoIDs(pkts)
+			ids := wantIDs(a, pkts[:len(pkts)/2])
+			if n, err := a.WriteBatch(pkts[len(pkts)/2:]); n != len(pkts)-len(pkts)/2 || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			ids = append(ids, wantIDs(a, pkts[len(pkts)/2:])...)
+			if s := a.Stats(); tc.port != 0 && (s.ConnectedPorts != 1 || s.UnconnectedPorts != 0) {
+				t.Errorf("ConnectedPorts, UnconnectedPorts = %d, %d; want 1, 0", s.ConnectedPorts, s.UnconnectedPorts)
+			}
 			buf := make([]byte, 1<<16)
 			deadline := time.Now().Add(5 * time.Second)
 			for i := 0; i < len(pkts); {
@@ -220,7 +239,7 @@ func TestGSOSegmentIDs(t *testing.T) {
 				}
 				ip := buf[:n]
 				v6 := ip[0]>>4 == 6
-				if v6 != (tc.name == "IPv6") || (!v6 && ip[9] != unix.IPPROTO_UDP) || (v6 && ip[6] != unix.IPPROTO_UDP) {
+				if v6 != strings.HasPrefix(tc.name, "IPv6") || (!v6 && ip[9] != unix.IPPROTO_UDP) || (v6 && ip[6] != unix.IPPROTO_UDP) {
 					continue // neighbour discovery, router solicitations
 				}
 				computed, stored, err := wire.ICRCOfIP(ip)

@@ -138,6 +138,17 @@ type Stats struct {
 	// (see UDP).
 	PortFallbacks uint64
 
+	// ConnectedPorts counts per-port sockets connected to their peer
+	// (UDP: the kernel keeps their route); UnconnectedPorts those that
+	// could not be, or whose IPv4 ID counter could not be learned, and
+	// send every datagram with its address.
+	ConnectedPorts, UnconnectedPorts uint64
+
+	// IDRecoveries counts IPv4 packets received whose IP ID was not the
+	// one the link expected, and was recovered from the ICRC (some 0.2 µs
+	// each; see idGuess).
+	IDRecoveries uint64
+
 	// SameHostSent counts packets sent through the same-host path
 	// (UDPConfig.SameHost), included in SentPackets; SameHostDrops those
 	// of them dropped because the peer's ring was full.
@@ -255,6 +266,9 @@ type counters struct {
 	icrcErrors, malformed  atomic.Uint64
 	oversized, sendErrors  atomic.Uint64
 	portFallbacks          atomic.Uint64
+	connectedPorts         atomic.Uint64
+	unconnectedPorts       atomic.Uint64
+	idRecoveries           atomic.Uint64
 	sameHostSent           atomic.Uint64
 	sameHostDrops          atomic.Uint64
 	socketDrops            atomic.Uint64 // the highest drop count a datagram reported
@@ -262,24 +276,28 @@ type counters struct {
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		SentPackets:   c.sentPackets.Load(),
-		SentBytes:     c.sentBytes.Load(),
-		RcvdPackets:   c.rcvdPackets.Load(),
-		RcvdBytes:     c.rcvdBytes.Load(),
-		ICRCErrors:    c.icrcErrors.Load(),
-		Malformed:     c.malformed.Load(),
-		Oversized:     c.oversized.Load(),
-		SendErrors:    c.sendErrors.Load(),
-		PortFallbacks: c.portFallbacks.Load(),
-		SocketDrops:   c.socketDrops.Load(),
-		SameHostSent:  c.sameHostSent.Load(),
-		SameHostDrops: c.sameHostDrops.Load(),
+		SentPackets:      c.sentPackets.Load(),
+		SentBytes:        c.sentBytes.Load(),
+		RcvdPackets:      c.rcvdPackets.Load(),
+		RcvdBytes:        c.rcvdBytes.Load(),
+		ICRCErrors:       c.icrcErrors.Load(),
+		Malformed:        c.malformed.Load(),
+		Oversized:        c.oversized.Load(),
+		SendErrors:       c.sendErrors.Load(),
+		PortFallbacks:    c.portFallbacks.Load(),
+		ConnectedPorts:   c.connectedPorts.Load(),
+		UnconnectedPorts: c.unconnectedPorts.Load(),
+		IDRecoveries:     c.idRecoveries.Load(),
+		SocketDrops:      c.socketDrops.Load(),
+		SameHostSent:     c.sameHostSent.Load(),
+		SameHostDrops:    c.sameHostDrops.Load(),
 	}
 }
 
 // rxCount tallies one ReadBatch call before it is added to the counters.
 type rxCount struct {
 	packets, bytes, icrc, malformed, oversized uint64
+	recovered                                  uint64 // IPv4 IDs recovered from the ICRC
 	drops                                      uint32 // the highest SO_RXQ_OVFL count seen
 }
 
@@ -299,6 +317,9 @@ func (c *counters) addRx(r *rxCount) {
 	}
 	if r.oversized != 0 {
 		c.oversized.Add(r.oversized)
+	}
+	if r.recovered != 0 {
+		c.idRecoveries.Add(r.recovered)
 	}
 	// The kernel's count is cumulative (and 32 bits: it wraps after 2^32
 	// drops, which the link does not track).
@@ -321,10 +342,11 @@ func (c *counters) addTx(packets, bytes uint64, err error) {
 }
 
 // sendFields returns the header fields the ICRC of a packet sent from src to
-// dst covers. An unconnected UDP socket with DF set sends IPv4 ID 0 (the
-// kernel's ip_select_ident_segs gives a counter only to connected sockets;
-// measured in REFERENCE.md §9 and on every run of TestWireHeaders), and
-// goroce's links always set DF.
+// dst covers, with IPv4 ID 0: what an unconnected UDP socket with DF set
+// sends (the kernel's ip_select_ident_segs gives a counter only to
+// connected sockets; measured in REFERENCE.md §9 and on every run of
+// TestWireHeaders), and goroce's links always set DF. A connected port
+// socket's sends set the ID its counter gives (idprobe_linux.go).
 func sendFields(src, dst netip.AddrPort) wire.IPFields {
 	return wire.IPFields{
 		Src: src.Addr(), Dst: dst.Addr(),
@@ -419,9 +441,10 @@ func putICRC(pkt []byte, f *wire.IPFields) {
 // offset 0: rxe and goroce both set DF, and a fragment never reaches a UDP
 // socket unreassembled.
 //
-// ID 0, what goroce sends in a single datagram, is tried first: that costs
-// one CRC, and recovery (about 0.6 µs more) runs only for senders such as
-// rxe that count IDs.
+// ID 0, what an unconnected sender puts in a single datagram, is tried
+// first: that costs one CRC, and recovery (about 0.2 µs more) runs only
+// when it is wrong. The UDP link's reads, which meet connected senders and
+// rxe too, predict the ID per peer (checkICRCID, idGuess).
 //
 // c, if not nil, is the caller's wire.HeaderCache.
 func checkICRC(src, dst netip.AddrPort, pkt []byte, c *wire.HeaderCache) bool {
@@ -430,8 +453,8 @@ func checkICRC(src, dst netip.AddrPort, pkt []byte, c *wire.HeaderCache) bool {
 }
 
 // checkICRCID is checkICRC for a packet that most likely carries IPv4 ID
-// want, such as segment want of goroce's GSO super-packets: that ID costs
-// one CRC, any other a recovery on top. It returns the ID that makes the
+// want (the peer's next ID, or the one after the previous segment's in a
+// super-packet): that ID costs one CRC, any other a recovery on top. It returns the ID that makes the
 // ICRC right (IPv4; 0 for IPv6).
 func checkICRCID(src, dst netip.AddrPort, pkt []byte, want uint16, c *wire.HeaderCache) (id uint16, ok bool) {
 	f := sendFields(src, dst)

@@ -30,8 +30,10 @@ func needRoot(t *testing.T) {
 // TestWireHeaders checks what UDP links put on the wire: tcpdump captures
 // the loopback traffic of two link pairs (IPv4 and IPv6, from the links' own
 // ports and from per-QP ports), and every captured packet must carry a
-// correct ICRC over the real IP header, which for IPv4 means IP ID 0 and DF:
-// the assumption the send side makes (REFERENCE.md §9). IPv4 datagrams must
+// correct ICRC over the real IP header, which for IPv4 means DF and the ID
+// the send side assumed: 0 from the link's own, unconnected socket
+// (REFERENCE.md §9), the kernel's per-socket counter, as the link learned
+// it, from a connected per-QP port socket (idprobe_linux.go). IPv4 datagrams must
 // carry UDP checksum 0, as rxe's do, unless the link sends with GSO (which
 // needs checksums, see gso_linux.go), and IPv6 datagrams a checksum (on
 // loopback the kernel leaves it partial, so only its presence is checked);
@@ -89,6 +91,7 @@ func TestWireHeaders(t *testing.T) {
 
 	ports := []uint16{0, SourcePort(0x11), FlowSourcePort(0, 0x12, 0x13)}
 	const perLink = 30
+	wantID := map[uint16][]uint16{} // per IPv4 source port, the IDs in sending order
 	for _, l := range []struct{ a, b *UDP }{{a4, b4}, {a6, b6}} {
 		pkts := batch(perLink, l.b.LocalAddr())
 		for i := range pkts {
@@ -98,6 +101,20 @@ func TestWireHeaders(t *testing.T) {
 			t.Fatalf("WriteBatch = %d, %v", n, err)
 		}
 		readN(t, l.b, len(pkts))
+		// The per-QP port sockets are connected to their peer and
+		// number their datagrams from the kernel's counter.
+		if s := l.a.Stats(); s.ConnectedPorts != 2 || s.UnconnectedPorts != 0 {
+			t.Errorf("%v: ConnectedPorts, UnconnectedPorts = %d, %d; want 2, 0", l.a.LocalAddr(), s.ConnectedPorts, s.UnconnectedPorts)
+		}
+		if l.a == a4 {
+			for i, id := range wantIDs(a4, pkts) {
+				port := pkts[i].SrcPort
+				if port == 0 {
+					port = a4.LocalAddr().Port()
+				}
+				wantID[port] = append(wantID[port], id)
+			}
+		}
 	}
 
 	want := 2 * perLink
@@ -111,7 +128,7 @@ func TestWireHeaders(t *testing.T) {
 	if len(got) != want {
 		t.Fatalf("captured %d datagrams, want %d", len(got), want)
 	}
-	var v4, v6NoSum, qp int
+	var v4, v6NoSum, qp, ids4 int
 	for _, d := range got {
 		if d.Malformed != nil {
 			t.Errorf("frame %d: %v", d.Frame, d.Malformed)
@@ -126,8 +143,17 @@ func TestWireHeaders(t *testing.T) {
 		if !d.IPv6 {
 			v4++
 			id, flags := binary.BigEndian.Uint16(d.IP[4:]), binary.BigEndian.Uint16(d.IP[6:])
-			if id != 0 || flags != wire.DF {
-				t.Errorf("frame %d: IP ID %d, flags/fragment %#04x; want ID 0, DF only", d.Frame, id, flags)
+			var want uint16
+			if q := wantID[d.SrcPort]; len(q) > 0 {
+				want, wantID[d.SrcPort] = q[0], q[1:]
+			} else {
+				t.Errorf("frame %d: an IPv4 datagram from port %d that was not sent", d.Frame, d.SrcPort)
+			}
+			if id != want || flags != wire.DF {
+				t.Errorf("frame %d (port %d): IP ID %d, flags/fragment %#04x; want ID %d, DF only", d.Frame, d.SrcPort, id, flags, want)
+			}
+			if d.SrcPort != a4.LocalAddr().Port() {
+				ids4++
 			}
 			if sum != 0 && a4.gro == nil {
 				t.Errorf("frame %d (%v:%d → %v:%d): UDP checksum %#04x; want 0 on IPv4, as rxe sends (SO_NO_CHECK)",
@@ -146,7 +172,7 @@ func TestWireHeaders(t *testing.T) {
 	if v6 := len(got) - v4; v6NoSum == v6 {
 		t.Errorf("all %d IPv6 datagrams carry UDP checksum 0, where it is mandatory", v6)
 	}
-	t.Logf("%d datagrams (%d IPv4 with ID 0, DF and UDP checksum 0, %d from per-QP ports): every ICRC matches the IP header on the wire", len(got), v4, qp)
+	t.Logf("%d datagrams (%d IPv4 with DF and UDP checksum 0, %d of them from connected per-QP ports with the kernel's counter's IDs, the rest ID 0; %d from per-QP ports in all): every ICRC matches the IP header on the wire", len(got), v4, ids4, qp)
 }
 
 // readPcap returns the datagrams in a capture file tcpdump may still be

@@ -28,7 +28,8 @@ var dropAll = []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
 // apply sets the options on a socket that is not yet bound.
 func (o sockOpts) apply(fd int) error {
 	// DF on every packet: RoCE is never fragmented, and an unconnected DF
-	// socket sends IPv4 ID 0, which the ICRC covers.
+	// socket sends IPv4 ID 0, which the ICRC covers (a connected one
+	// counts: idprobe_linux.go).
 	if o.is6 {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
 			return fmt.Errorf("IPV6_MTU_DISCOVER: %w", err)

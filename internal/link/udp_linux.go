@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -95,9 +96,10 @@ const maxPortSockets = 1024
 // assumed in the flags. IPv6 packets get the full 32-bit check; IPv4 packets
 // a 16-bit one (see docs/WIRE.md).
 //
-// Sent packets get an ICRC over IPv4 ID 0 and DF: the kernel sends ID 0 from
-// an unconnected socket with DF set (REFERENCE.md §9, checked on the wire by
-// TestWireHeaders).
+// Sent packets get an ICRC over DF and the IPv4 ID the kernel will give
+// them: 0 from an unconnected socket with DF set (REFERENCE.md §9), the
+// next value of its counter from a connected per-QP port socket (see
+// below); TestWireHeaders and TestGSOSegmentIDs check both on the wire.
 //
 // GSO and GRO (gso_linux.go): runs of packets with one destination, source
 // port and size leave as UDP_SEGMENT super-packets, segment k with its
@@ -122,7 +124,10 @@ const maxPortSockets = 1024
 // SO_REUSEPORT), leaves from the link's own port instead and is counted in
 // Stats.PortFallbacks. The ICRC always covers the port the packet really
 // leaves from. Consecutive packets with the same SrcPort go out in one
-// sendmmsg.
+// sendmmsg. A port socket is connected to the peer of the first packet it
+// sends, so that the kernel keeps its route, once the link has learned
+// its IPv4 ID counter (idprobe_linux.go); Stats.ConnectedPorts and
+// UnconnectedPorts count how that went.
 //
 // Packet.CE reports the ECN bits of each datagram received (IP_RECVTOS,
 // IPV6_RECVTCLASS). A packet the fault stage CE-marks leaves with TOS or
@@ -146,6 +151,7 @@ type UDP struct {
 	rd     *mmsg            // guarded by readMu
 	rxHdr  wire.HeaderCache // the received packets' ICRC headers; guarded by readMu
 	ask    readAsk          // how many datagrams a poll asks for; guarded by readMu
+	rxIDs  idGuess          // the IPv4 IDs the peers' next datagrams most likely carry; guarded by readMu
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 	sh  *sameHost  // nil: no same-host path (UDPConfig.SameHost)
@@ -160,6 +166,9 @@ type UDP struct {
 	fault   *faultStage      // nil: no faults
 	fout    []faultOut       // the fault stage's output; guarded by writeMu
 
+	probe     *idProbe // learns connected port sockets' ID counters; guarded by writeMu
+	noConnect bool     // port sockets stay unconnected (the probe socket would not open)
+
 	portsMu sync.Mutex
 	ports   map[uint16]*portSocket // guarded by portsMu; nil value: could not bind
 	closed  bool                   // guarded by portsMu
@@ -167,8 +176,21 @@ type UDP struct {
 	stats counters
 }
 
-// portSocket is a send-only socket bound to one source port.
-type portSocket struct{ sock *sockFD }
+// portSocket is a send-only socket bound to one source port. Its fields
+// other than sock are guarded by UDP.writeMu.
+type portSocket struct {
+	sock *sockFD
+	// peer is the address the socket is connected to (idprobe_linux.go);
+	// invalid: unconnected, every datagram names its destination.
+	peer netip.AddrPort
+	// unconnected: connecting failed, or the IPv4 ID counter could not
+	// be learned; the socket stays unconnected.
+	unconnected bool
+	// ids is the ID counter of a connected IPv4 socket.
+	ids idCount
+	// counted: the socket is counted in Stats.ConnectedPorts.
+	counted bool
+}
 
 var _ Link = (*UDP)(nil)
 
@@ -320,6 +342,9 @@ func (u *UDP) Close() error {
 			if ps != nil {
 				unix.Close(ps.sock.fd)
 			}
+		}
+		if u.probe != nil {
+			u.probe.close()
 		}
 		if cerr := unix.Close(u.sock.fd); cerr != nil {
 			err = os.NewSyscallError("close", cerr)
@@ -577,10 +602,16 @@ func (u *UDP) accept(m *mmsg, i int, p *Packet, c *rxCount) bool {
 		return false
 	}
 	pkt := p.Buf[:size]
-	if !checkICRC(peer, u.laddr, pkt, &u.rxHdr) {
+	want := u.rxIDs.next(peer)
+	id, ok := checkICRCID(peer, u.laddr, pkt, want, &u.rxHdr)
+	if !ok {
 		c.icrc++
 		return false
 	}
+	if id != want {
+		c.recovered++
+	}
+	u.rxIDs.note(peer, id, id)
 	p.Buf, p.Peer, p.CE = pkt, peer, ce
 	c.packets++
 	c.bytes += uint64(size)
@@ -690,13 +721,18 @@ func (u *UDP) waitRing(o *shmOut, pkts []Packet) int {
 func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 	sent, bytes := 0, uint64(0)
 	var err error
+	icmpRetries := 0
 	for sent < len(pkts) && err == nil {
 		// One group: consecutive packets with the same SrcPort, at most
 		// MaxBatch, up to the first packet that cannot be sent.
-		rc, src, fallback, perr := u.portConn(pkts[sent].SrcPort)
+		ps, src, fallback, perr := u.portSocket(pkts[sent].SrcPort)
 		if perr != nil {
 			err = perr
 			break
+		}
+		rc := u.sock
+		if ps != nil {
+			rc = ps.sock
 		}
 		cnt := 0
 		for sent+cnt < len(pkts) && cnt < MaxBatch && pkts[sent+cnt].SrcPort == pkts[sent].SrcPort {
@@ -711,16 +747,36 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 		if fallback {
 			u.stats.portFallbacks.Add(uint64(cnt))
 		}
+		var conn netip.AddrPort // the peer rc is connected to
+		var ids *idCount        // rc's ID counter (connected IPv4)
+		if ps != nil && cnt > 0 {
+			u.connectPort(ps, src, plain(pkts[sent].Peer))
+			conn = ps.peer
+			if conn.Addr().Is4() {
+				ids = &ps.ids
+			}
+		}
 		var k int
 		var b uint64
 		var werr error
 		refused := false
 		if u.gso {
-			k, b, refused, werr = u.sendRuns(rc, src, pkts[sent:sent+cnt])
+			k, b, refused, werr = u.sendRuns(rc, src, conn, ids, pkts[sent:sent+cnt])
 		} else {
-			k, b, werr = u.sendPlain(rc, src, pkts[sent:sent+cnt])
+			k, b, werr = u.sendPlain(rc, src, conn, ids, pkts[sent:sent+cnt])
 		}
 		sent, bytes = sent+k, bytes+b
+		if conn.IsValid() && k == 0 && icmpError(werr) && icmpRetries < MaxBatch {
+			// A connected socket reports an ICMP error (port
+			// unreachable, say) that an earlier datagram drew by
+			// failing the next send, which never left (the kernel
+			// checks the socket's error before it builds the
+			// datagram). An unconnected socket never reports them:
+			// send again, as it would have.
+			icmpRetries++
+			err = nil
+			continue
+		}
 		if refused {
 			// The kernel or the route will not segment (an IPsec
 			// route, say): plain datagrams from now on, starting with
@@ -755,8 +811,10 @@ func (u *UDP) check(p *Packet, src netip.AddrPort, gather bool) error {
 }
 
 // sendPlain sends pkts (checked, at most MaxBatch) from src on rc, one
-// datagram each, and returns how many went and their bytes.
-func (u *UDP) sendPlain(rc *sockFD, src netip.AddrPort, pkts []Packet) (int, uint64, error) {
+// datagram each, and returns how many went and their bytes. rc is
+// connected to conn (invalid: unconnected); ids is its IPv4 ID counter
+// (nil: IDs are 0).
+func (u *UDP) sendPlain(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts []Packet) (int, uint64, error) {
 	m := u.wr
 	defer m.clearBufs(len(pkts))
 	for i := range pkts {
@@ -764,8 +822,14 @@ func (u *UDP) sendPlain(rc *sockFD, src netip.AddrPort, pkts []Packet) (int, uin
 		dst := plain(p.Peer)
 		f := sendFields(src, dst)
 		f.Cache = &u.txHdr
+		if ids != nil {
+			f.ID = ids.next + uint16(i)
+		}
 		flattenICRC(p, &f)
 		m.setName(i, dst, u.scope)
+		if dst == conn {
+			m.hs[i].hdr.Namelen = 0 // the connected route
+		}
 		m.setBuf(i, p.Buf)
 	}
 	sent, bytes := 0, uint64(0)
@@ -775,7 +839,13 @@ func (u *UDP) sendPlain(rc *sockFD, src netip.AddrPort, pkts []Packet) (int, uin
 			bytes += uint64(len(pkts[sent+i].Buf))
 		}
 		sent += k
+		if ids != nil {
+			ids.next += uint16(k)
+		}
 		if err != nil {
+			if ids != nil {
+				ids.known = false // the failed datagram may have taken an ID
+			}
 			return sent, bytes, err
 		}
 	}
@@ -788,17 +858,25 @@ func (u *UDP) sendPlain(rc *sockFD, src netip.AddrPort, pkts []Packet) (int, uin
 // refused reports that the error came from a super-packet the kernel would
 // not send as such (EIO, EINVAL): the caller should send it as plain
 // datagrams.
-func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
+func (u *UDP) sendRuns(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
 	m := u.wr
 	defer m.clearBufs(len(pkts))
 	maxBytes := maxGSOBytes(src.Addr().Is6())
 	stage := u.stage[:0]
 	nm := 0
+	var count idCount // the IDs the messages get, counted ahead of ids
+	if ids != nil {
+		count = *ids
+	}
 	for i := 0; i < len(pkts); nm++ {
 		n := gsoRun(pkts[i:], maxSegments, maxBytes)
 		dst := plain(pkts[i].Peer)
 		f := sendFields(src, dst)
 		f.Cache = &u.txHdr
+		base := count.next // 0 without ids
+		if ids != nil {
+			count.advance(n)
+		}
 		seg := pkts[i].size()
 		if n > 1 && seg <= stageSegment && len(stage)+n*seg <= cap(stage) {
 			// One I/O vector for the super-packet: its segments put
@@ -806,24 +884,26 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 			start := len(stage)
 			for k := range n {
 				if f.Src.Is4() {
-					f.ID = uint16(k)
+					f.ID = base + uint16(k)
 				}
 				stage = stage[:len(stage)+flattenInto(stage[len(stage):cap(stage)], &pkts[i+k], &f)]
 			}
 			m.setBuf(i, stage[start:])
 			m.setMsg(nm, i, 1, n, dst, u.scope, seg)
+			m.connected(nm, dst == conn)
 			i += n
 			continue
 		}
 		for k := range n {
 			p := &pkts[i+k]
 			if f.Src.Is4() {
-				f.ID = uint16(k)
+				f.ID = base + uint16(k)
 			}
 			flattenICRC(p, &f)
 			m.setBuf(i+k, p.Buf)
 		}
 		m.setMsg(nm, i, n, n, dst, u.scope, seg)
+		m.connected(nm, dst == conn)
 		i += n
 	}
 	for off := 0; off < nm; {
@@ -833,9 +913,15 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 				bytes += uint64(pkts[i].size()) // a staged packet still has its payload aside
 			}
 			sent += int(c)
+			if ids != nil {
+				ids.advance(int(c))
+			}
 		}
 		off += k
 		if werr != nil {
+			if ids != nil {
+				ids.known = false // the failed message may have taken an ID
+			}
 			refused = m.segs[off] > 1 && (errors.Is(werr, syscall.EIO) || errors.Is(werr, syscall.EINVAL))
 			return sent, bytes, refused, werr
 		}
@@ -847,8 +933,19 @@ func (u *UDP) sendRuns(rc *sockFD, src netip.AddrPort, pkts []Packet) (sent int,
 // address that socket sends from. fallback reports that the packet asked for
 // another port and could not have it.
 func (u *UDP) portConn(sport uint16) (rc *sockFD, src netip.AddrPort, fallback bool, err error) {
+	ps, src, fallback, err := u.portSocket(sport)
+	if ps == nil {
+		return u.sock, src, fallback, err
+	}
+	return ps.sock, src, false, nil
+}
+
+// portSocket returns the port socket for a packet's SrcPort (nil: the
+// link's own socket) and the address it sends from. fallback reports that
+// the packet asked for another port and could not have it.
+func (u *UDP) portSocket(sport uint16) (ps *portSocket, src netip.AddrPort, fallback bool, err error) {
 	if sport == 0 || sport == u.laddr.Port() {
-		return u.sock, u.laddr, false, nil
+		return nil, u.laddr, false, nil
 	}
 	u.portsMu.Lock()
 	defer u.portsMu.Unlock()
@@ -861,9 +958,91 @@ func (u *UDP) portConn(sport uint16) (rc *sockFD, src netip.AddrPort, fallback b
 		u.ports[sport] = ps
 	}
 	if ps == nil {
-		return u.sock, u.laddr, true, nil
+		return nil, u.laddr, true, nil
 	}
-	return ps.sock, netip.AddrPortFrom(u.laddr.Addr(), sport), false, nil
+	return ps, netip.AddrPortFrom(u.laddr.Addr(), sport), false, nil
+}
+
+// connectPort connects ps, which sends from src, to dst (plain), the peer of
+// the first packet it sends, and for IPv4 makes sure its ID counter is
+// known (idprobe_linux.go); u.writeMu is held. A socket that cannot be
+// connected, or whose counter cannot be learned, is left (or made)
+// unconnected for good.
+func (u *UDP) connectPort(ps *portSocket, src, dst netip.AddrPort) {
+	if ps.unconnected || (ps.peer.IsValid() && (ps.ids.known || dst.Addr().Is6())) {
+		return
+	}
+	u.set.ops.RLock() // keeps the descriptors open (sockSet.close)
+	defer u.set.ops.RUnlock()
+	if u.set.closed.Load() {
+		return
+	}
+	is4 := dst.Addr().Is4()
+	if u.noConnect || u.bind.IsMulticast() || dst.Addr().IsMulticast() || (is4 && u.probe == nil && !u.openProbe()) {
+		ps.unconnected = true
+		u.stats.unconnectedPorts.Add(1)
+		return
+	}
+	if !ps.peer.IsValid() {
+		var sa unix.Sockaddr
+		if is4 {
+			sa = &unix.SockaddrInet4{Port: int(dst.Port()), Addr: dst.Addr().As4()}
+		} else {
+			sa = &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16(), ZoneId: u.scope}
+		}
+		if err := unix.Connect(ps.sock.fd, sa); err != nil {
+			ps.unconnected = true
+			u.stats.unconnectedPorts.Add(1)
+			return
+		}
+		ps.peer = dst
+		if !is4 {
+			ps.counted = true
+			u.stats.connectedPorts.Add(1)
+			return
+		}
+	}
+	ids, err := u.probe.learn(ps.sock.fd, src, u.gso)
+	if err != nil {
+		disconnect(ps.sock.fd) // its datagrams go out with ID 0 again
+		ps.peer, ps.unconnected = netip.AddrPort{}, true
+		u.stats.unconnectedPorts.Add(1)
+		if ps.counted { // counted connected before: no longer
+			u.stats.connectedPorts.Add(^uint64(0))
+		}
+		return
+	}
+	if !ps.counted {
+		ps.counted = true
+		u.stats.connectedPorts.Add(1)
+	}
+	ps.ids = ids
+}
+
+// icmpError reports whether err is one a connected UDP socket reports for
+// an ICMP error an earlier datagram drew (__udp4_lib_err, __udp6_lib_err).
+func icmpError(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTDOWN)
+}
+
+// disconnect dissolves a UDP socket's association (connect(2) with
+// AF_UNSPEC).
+func disconnect(fd int) {
+	sa := unix.RawSockaddr{Family: unix.AF_UNSPEC}
+	unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
+}
+
+// openProbe opens the link's probe socket and reports whether it could;
+// u.writeMu is held.
+func (u *UDP) openProbe() bool {
+	p, err := newIDProbe(u.laddr.Addr(), u.ns)
+	if err != nil {
+		u.noConnect = true
+		return false
+	}
+	u.probe = p
+	return true
 }
 
 // openPort opens a send-only socket bound to (local IP, sport), or returns

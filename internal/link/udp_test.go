@@ -131,7 +131,7 @@ func TestUDPSourcePorts(t *testing.T) {
 				t.Fatalf("WriteBatch = %d, %v", n, err)
 			}
 			got := readN(t, b, len(pkts))
-			ids := gsoIDs(pkts)
+			ids := wantIDs(a, pkts)
 			for i := range pkts {
 				from := a.LocalAddr()
 				if pkts[i].SrcPort != 0 {
@@ -141,6 +141,10 @@ func TestUDPSourcePorts(t *testing.T) {
 			}
 			if n := len(a.ports); n != 3 {
 				t.Errorf("%d per-port sockets open, want 3", n)
+			}
+			// Each is connected to its one peer (idprobe_linux.go).
+			if s := a.Stats(); s.ConnectedPorts != 3 || s.UnconnectedPorts != 0 {
+				t.Errorf("ConnectedPorts, UnconnectedPorts = %d, %d; want 3, 0", s.ConnectedPorts, s.UnconnectedPorts)
 			}
 			// mmsg.call makes raw system calls, which must never block.
 			checkNonBlocking(t, a.sock.fd)

@@ -1,0 +1,299 @@
+package link
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// connectedPort opens a's port socket for sport and connects it to peer as
+// the first packet to peer would.
+func connectedPort(t *testing.T, a *UDP, sport uint16, peer netip.AddrPort) (*portSocket, netip.AddrPort) {
+	t.Helper()
+	ps, src, fallback, err := a.portSocket(sport)
+	if err != nil || ps == nil || fallback {
+		t.Fatalf("portSocket(%d) = %v, %v, %v", sport, ps, fallback, err)
+	}
+	a.writeMu.Lock()
+	a.connectPort(ps, src, peer)
+	a.writeMu.Unlock()
+	return ps, src
+}
+
+// lowBytes sends count probes with odd selectors from fd (at src) to a's
+// probe socket, each a single datagram, or with segs > 1 one super-packet
+// of segs segments, and returns the low bytes of their IDs in sending
+// order.
+func lowBytes(t *testing.T, a *UDP, fd int, src netip.AddrPort, count, segs int) []byte {
+	t.Helper()
+	p := a.probe
+	msg := make([]byte, segs*probeLen)
+	for i := range count {
+		for k := range segs {
+			msg[k*probeLen] = byte(2*(i*segs+k) + 1)
+		}
+		var err error
+		if segs == 1 {
+			err = unix.Sendto(fd, msg, 0, &p.to)
+		} else {
+			_, err = unix.SendmsgN(fd, msg, p.oob[:unix.CmsgSpace(2)], &p.to, 0)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	low := make([]byte, count*segs)
+	deadline := time.Now().Add(5 * time.Second)
+	for seen := 0; seen < len(low); {
+		n, from, err := unix.Recvfrom(p.fd, p.buf[:], unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d probes arrived", seen, len(low))
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa := from.(*unix.SockaddrInet4)
+		if netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)) != src {
+			continue
+		}
+		low[p.buf[0]/2] = byte(n - 1)
+		seen++
+	}
+	return low
+}
+
+// TestIDProbe learns the ID counter of a connected port socket and checks
+// that the kernel goes on numbering as the link counts: one ID per
+// datagram, base+k for segment k of a super-packet, then the counter one
+// on (or, on a kernel that reserves an ID per segment, past the last).
+// The probe socket's filter reports each probe's low byte.
+func TestIDProbe(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  UDPConfig
+	}{{"GSO", UDPConfig{}}, {"no GSO", UDPConfig{NoGSO: true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			a, b := udpPairConfig(t, "127.0.0.1", "127.0.0.2", tc.cfg)
+			ps, src := connectedPort(t, a, SourcePort(0x41), b.LocalAddr())
+			if ps.peer != b.LocalAddr() || !ps.ids.known {
+				t.Fatalf("port socket: peer %v, ID counter known %v; want %v, true", ps.peer, ps.ids.known, b.LocalAddr())
+			}
+			c := ps.ids
+			// Single datagrams: one ID each.
+			for i, low := range lowBytes(t, a, ps.sock.fd, src, 5, 1) {
+				if want := byte(c.next); low != want {
+					t.Errorf("datagram %d: ID low byte %#02x, want %#02x", i, low, want)
+				}
+				c.advance(1)
+			}
+			if !a.gso {
+				return
+			}
+			// A super-packet: base+k, then the counter moves on.
+			for i, low := range lowBytes(t, a, ps.sock.fd, src, 1, 3) {
+				if want := byte(c.next + uint16(i)); low != want {
+					t.Errorf("segment %d: ID low byte %#02x, want %#02x", i, low, want)
+				}
+			}
+			c.advance(3)
+			if low := lowBytes(t, a, ps.sock.fd, src, 1, 1)[0]; low != byte(c.next) {
+				t.Errorf("datagram after a 3-segment super-packet: ID low byte %#02x, want %#02x (per segment: %v)", low, byte(c.next), c.perSeg)
+			}
+			t.Logf("a super-packet takes one ID per segment from the counter: %v", c.perSeg)
+		})
+	}
+}
+
+// TestConnectedPortFallback: a port socket whose counter cannot be learned
+// (the probes go nowhere) is disconnected and sends unconnected, with ID
+// 0, counted in Stats.UnconnectedPorts.
+func TestConnectedPortFallback(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	a.writeMu.Lock()
+	if !a.openProbe() {
+		t.Fatal("no probe socket")
+	}
+	a.probe.to.Port = int(freePort(t, "127.0.0.1").Port()) // nobody listens there
+	a.writeMu.Unlock()
+	pkts := batch(6, b.LocalAddr())
+	for i := range pkts {
+		pkts[i].SrcPort = SourcePort(0x42)
+	}
+	if n, err := a.WriteBatch(pkts); n != len(pkts) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	got := readN(t, b, len(pkts))
+	checkReceivedIDs(t, got, pkts, make([]uint16, len(pkts)), netip.AddrPortFrom(a.LocalAddr().Addr(), SourcePort(0x42)), b.LocalAddr())
+	if s := a.Stats(); s.ConnectedPorts != 0 || s.UnconnectedPorts != 1 {
+		t.Errorf("ConnectedPorts, UnconnectedPorts = %d, %d; want 0, 1", s.ConnectedPorts, s.UnconnectedPorts)
+	}
+	if ps := a.ports[SourcePort(0x42)]; ps.peer.IsValid() || !ps.unconnected {
+		t.Errorf("port socket: peer %v, unconnected %v; want none, true", ps.peer, ps.unconnected)
+	}
+}
+
+// TestConnectedPortICMP: a connected socket reports the ICMP port
+// unreachable a datagram to a closed port drew by failing the next send,
+// which never left; the link sends again, as an unconnected socket (which
+// never hears of ICMP errors) would have, and its ID count stays right.
+func TestConnectedPortICMP(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	closed := freePort(t, "127.0.0.2") // nobody listens
+	sport := SourcePort(0x43)
+	for round := range 3 {
+		pkts := batch(4, closed)
+		for i := range pkts {
+			pkts[i].SrcPort = sport
+		}
+		if n, err := a.WriteBatch(pkts); n != len(pkts) || err != nil {
+			t.Fatalf("round %d: WriteBatch = %d, %v; want %d, nil", round, n, err, len(pkts))
+		}
+	}
+	if s := a.Stats(); s.SendErrors != 0 || s.ConnectedPorts != 1 {
+		t.Errorf("SendErrors %d, ConnectedPorts %d; want 0, 1", s.SendErrors, s.ConnectedPorts)
+	}
+	// The same socket then reaches a live peer, each packet with the ID
+	// the link counted.
+	pkts := batch(6, b.LocalAddr())
+	for i := range pkts {
+		pkts[i].SrcPort = sport
+	}
+	if n, err := a.WriteBatch(pkts); n != len(pkts) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	ids := wantIDs(a, pkts)
+	checkReceivedIDs(t, readN(t, b, len(pkts)), pkts, ids, netip.AddrPortFrom(a.LocalAddr().Addr(), sport), b.LocalAddr())
+}
+
+// TestIDGuess walks the receiver's ID prediction through the senders it
+// meets: goroce's unconnected sockets (every datagram from 0), connected
+// Linux sockets (one ID per datagram, whatever its segments), rxe (one
+// per packet), and peers that share a slot.
+func TestIDGuess(t *testing.T) {
+	p := mustParse("192.0.2.1:49152")
+	q := mustParse("192.0.2.2:49153")
+	type dg struct {
+		peer       netip.AddrPort
+		base, last uint16
+		want       uint16 // next's guess before the datagram
+	}
+	for _, tc := range []struct {
+		name string
+		dgs  []dg
+	}{
+		{"unconnected, ID 0", []dg{{p, 0, 0, 0}, {p, 0, 3, 0}, {p, 0, 1, 0}, {p, 0, 0, 0}}},
+		{"connected, per datagram", []dg{{p, 700, 701, 0}, {p, 701, 703, 702}, {p, 702, 702, 702}, {p, 703, 704, 703}, {p, 704, 704, 704}}},
+		{"per packet (rxe)", []dg{{p, 9, 9, 0}, {p, 10, 12, 10}, {p, 13, 13, 13}, {p, 14, 15, 14}, {p, 16, 16, 16}}},
+		{"wraps through 0", []dg{{p, 65534, 65534, 0}, {p, 65535, 65535, 65535}, {p, 0, 0, 0}, {p, 1, 1, 0}, {p, 2, 2, 2}}},
+		{"counter jumps", []dg{{p, 100, 100, 0}, {p, 101, 101, 101}, {p, 4000, 4000, 102}, {p, 4001, 4001, 4001}}},
+		{"two peers", []dg{{p, 5, 5, 0}, {q, 50, 50, 0}, {p, 6, 6, 6}, {q, 51, 51, 51}}},
+		{"IPv6: always 0", []dg{{mustParse("[2001:db8::1]:1"), 0, 0, 0}, {mustParse("[2001:db8::1]:1"), 0, 0, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var g idGuess
+			for i, d := range tc.dgs {
+				if got := g.next(d.peer); got != d.want {
+					t.Errorf("datagram %d: next(%v) = %d, want %d", i, d.peer, got, d.want)
+				}
+				g.note(d.peer, d.base, d.last)
+			}
+		})
+	}
+}
+
+// TestIDRecoveries: a ping-pong between two links, each answer a
+// two-packet super-packet from a connected port socket (an ib_write_lat
+// message and the ACK of the peer's), costs ID recoveries only on the
+// first datagrams from each peer.
+func TestIDRecoveries(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	const rounds = 50
+	for range rounds {
+		for _, l := range []struct{ from, to *UDP }{{a, b}, {b, a}} {
+			pkts := batch(2, l.to.LocalAddr()) // 36 and 37 bytes: one run
+			for i := range pkts {
+				pkts[i].SrcPort = SourcePort(0x44)
+			}
+			if n, err := l.from.WriteBatch(pkts); n != len(pkts) || err != nil {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			readN(t, l.to, len(pkts))
+		}
+	}
+	for _, l := range []*UDP{a, b} {
+		s := l.Stats()
+		if s.RcvdPackets != 2*rounds || s.IDRecoveries > 2 {
+			t.Errorf("%v: %d packets received, %d IDs recovered; want %d, at most 2", l.LocalAddr(), s.RcvdPackets, s.IDRecoveries, 2*rounds)
+		}
+	}
+}
+
+// wantIDs returns the IPv4 ID link a gave each of pkts, sent in one
+// WriteBatch of at most MaxBatch packets: from the link's own port or an
+// unconnected port socket, segment k of a super-packet gets k (gsoIDs);
+// from a connected port socket, the IDs of its counter, counted back from
+// its value after the batch (idprobe_linux.go). Without GSO every packet
+// is a message of its own.
+func wantIDs(a *UDP, pkts []Packet) []uint16 {
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	a.portsMu.Lock()
+	defer a.portsMu.Unlock()
+	counter := func(i int) *idCount {
+		if ps := a.ports[pkts[i].SrcPort]; ps != nil && ps.peer.Addr().Is4() && ps.ids.known && pkts[i].SrcPort != a.laddr.Port() {
+			return &ps.ids
+		}
+		return nil
+	}
+	runs := func(each func(i, n int)) {
+		for i := 0; i < len(pkts); {
+			n := 1
+			if a.gso {
+				n = gsoRun(pkts[i:], maxSegments, maxGSOBytes(pkts[i].Peer.Addr().Is6()))
+			}
+			each(i, n)
+			i += n
+		}
+	}
+	// Count each counter back over the batch's messages, then forward.
+	start := map[*idCount]idCount{}
+	runs(func(i, n int) {
+		if c := counter(i); c != nil {
+			back, ok := start[c]
+			if !ok {
+				back = *c
+			}
+			if c.perSeg {
+				back.next -= uint16(n)
+			} else {
+				back.next--
+			}
+			start[c] = back
+		}
+	})
+	ids := make([]uint16, len(pkts))
+	runs(func(i, n int) {
+		c := counter(i)
+		var base uint16
+		if c != nil {
+			at := start[c]
+			base = at.next
+			at.advance(n)
+			start[c] = at
+		}
+		for k := range n {
+			ids[i+k] = base + uint16(k)
+		}
+	})
+	return ids
+}
