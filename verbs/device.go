@@ -215,6 +215,7 @@ type Device struct {
 	shm   interface{ SameHostActive() bool } // link, if it has a same-host path; else nil
 	icrc  link.ICRCDeferrer                  // link, if it can leave ICRC checks to the device; else nil
 	seg   link.Segmenter                     // link, if it segments and Config.WholeWrites is off; else nil
+	ports link.PortConnector                 // link, if it connects per-QP port sockets; else nil
 	mem   *memory.Table
 	attr  DeviceAttr
 	port  PortAttr
@@ -320,6 +321,7 @@ func Open(cfg Config) (*Device, error) {
 		d.link = l
 	}
 	d.shm, _ = d.link.(interface{ SameHostActive() bool })
+	d.ports, _ = d.link.(link.PortConnector)
 	if seg, ok := d.link.(link.Segmenter); ok && !cfg.WholeWrites && os.Getenv("GOROCE_WHOLE_WRITES") != "1" {
 		d.seg = seg
 	}

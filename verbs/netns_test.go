@@ -74,6 +74,11 @@ func TestNetNS(t *testing.T) {
 		if st.PortFallbacks != 0 {
 			t.Errorf("%s: %d packets left from the link's own port: a per-QP socket could not be made in the namespace", d.Name(), st.PortFallbacks)
 		}
+		// The probe socket that learns their ID counters works in
+		// the namespace too.
+		if st.ConnectedPorts != 4 || st.UnconnectedPorts != 0 {
+			t.Errorf("%s: ConnectedPorts, UnconnectedPorts = %d, %d; want 4, 0", d.Name(), st.ConnectedPorts, st.UnconnectedPorts)
+		}
 	}
 }
 

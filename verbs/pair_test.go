@@ -396,3 +396,34 @@ func TestDestroyAfterRemoteWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestModifyConnectsPort: moving an RC QP to RTR over UDP connects its
+// source port's socket to the peer (link.PortConnector) before the QP
+// sends anything, so that the first packets do not pay for the socket,
+// connect(2) and the ID probes; the QPs then move data as before.
+func TestModifyConnectsPort(t *testing.T) {
+	da, db := newUDPDevices(t)
+	a, b := newEndpoint(t, da, 8192), newEndpoint(t, db, 8192)
+	connect(t, a, b, MTU4096)
+	for _, d := range []*Device{da, db} {
+		if st := d.link.Stats(); st.ConnectedPorts != 1 || st.SentPackets != 0 {
+			t.Errorf("%s after modify_qp: ConnectedPorts %d, SentPackets %d; want 1, 0", d.Name(), st.ConnectedPorts, st.SentPackets)
+		}
+	}
+	fill(a.buf[:4096], 7)
+	_, err := a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGL: []SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	must(t, err)
+	if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+		t.Fatalf("WRITE completion %+v", wc)
+	}
+	settle(db)
+	if !bytes.Equal(b.buf[:4096], a.buf[:4096]) {
+		t.Error("the WRITE's bytes differ at the target")
+	}
+	for _, d := range []*Device{da, db} {
+		if st := d.link.Stats(); st.ConnectedPorts != 1 || st.UnconnectedPorts != 0 || st.IDRecoveries > 1 {
+			t.Errorf("%s: ConnectedPorts %d, UnconnectedPorts %d, IDRecoveries %d; want 1, 0, at most 1", d.Name(), st.ConnectedPorts, st.UnconnectedPorts, st.IDRecoveries)
+		}
+	}
+}

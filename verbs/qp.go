@@ -195,6 +195,10 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if err != nil {
 		return err
 	}
+	if next == QPSRTR && path.Peer.IsValid() && qp.dev.ports != nil {
+		// The QP's socket is made ready now, not on its first packet.
+		qp.dev.ports.ConnectPort(path.SrcPort, path.Peer)
+	}
 	// The worker applies it; qp.mu is not held, since the worker takes it
 	// when a QP fails.
 	qp.w.call(func() {

@@ -217,6 +217,16 @@ type Segmenter interface {
 	Segments(peer netip.AddrPort) bool
 }
 
+// PortConnector is implemented by links that connect a per-QP source
+// port's socket to its peer (UDP: the kernel then keeps the route).
+// ConnectPort does it ahead of the first packet from sport to peer, from
+// modify_qp, so that the data path does not pay for it (a socket,
+// connect(2) and, for IPv4, the probes that learn its ID counter: some 50
+// µs). Without it the first packet does the same.
+type PortConnector interface {
+	ConnectPort(sport uint16, peer netip.AddrPort)
+}
+
 // Lender is implemented by links that can hand received packets over in
 // their own receive memory instead of copying them into the caller's
 // buffers (UDP with UDP_GRO: the packets stay in the super-packets the

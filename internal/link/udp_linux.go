@@ -554,12 +554,34 @@ func (u *UDP) Segments(peer netip.AddrPort) bool {
 	if !gso {
 		return false
 	}
-	peer = plain(peer)
+	return u.viaSocket(plain(peer))
+}
+
+// viaSocket reports whether packets to peer (plain) go over the socket
+// rather than a same-host ring, as the first packet to peer will find.
+func (u *UDP) viaSocket(peer netip.AddrPort) bool {
 	if u.sh == nil || peer == u.laddr || peer.Addr().Is4() != u.laddr.Addr().Is4() {
 		return true // sameHost.dial's rule: these go over the socket
 	}
 	_, err := os.Stat(socketName(u.sh.dir, peer))
 	return err != nil
+}
+
+// ConnectPort implements PortConnector: it opens the socket for sport and
+// connects it to peer unless packets to peer do not use it (a same-host
+// peer, another address family, a fault stage's link).
+func (u *UDP) ConnectPort(sport uint16, peer netip.AddrPort) {
+	peer = plain(peer)
+	if u.fault != nil || peer.Addr().Is4() != u.laddr.Addr().Is4() || !u.viaSocket(peer) {
+		return
+	}
+	ps, src, _, err := u.portSocket(sport)
+	if err != nil || ps == nil {
+		return
+	}
+	u.writeMu.Lock()
+	defer u.writeMu.Unlock()
+	u.connectPort(ps, src, peer)
 }
 
 // Interrupt implements Link.Interrupt: an eventfd in the link's epoll set
