@@ -155,9 +155,30 @@ var errProbe = errors.New("link: IPv4 ID counter not learned")
 // numbered differently fails the check with odds of 65,535 in 65,536).
 func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 	p.drain()
+	deadline := time.Now().Add(probeWait)
+	// sendOne sends one probe message. A send fails before the datagram
+	// is built, taking no ID, when the socket reports an ICMP error an
+	// earlier datagram drew, or when its buffer is full: it is sent
+	// again.
+	sendOne := func(f func() error) error {
+		for tries := 0; ; tries++ {
+			err := f()
+			switch {
+			case err == nil:
+				return nil
+			case icmpError(err) && tries < 4:
+				continue
+			case err == unix.EAGAIN && time.Now().Before(deadline):
+				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+				unix.Poll(fds, int(time.Until(deadline)/time.Millisecond)+1)
+				continue
+			}
+			return err
+		}
+	}
 	send := func(sel byte) error {
 		p.msg[0] = sel
-		return unix.Sendto(fd, p.msg[:probeLen], 0, &p.to)
+		return sendOne(func() error { return unix.Sendto(fd, p.msg[:probeLen], 0, &p.to) })
 	}
 	for _, sel := range []byte{0, 1} {
 		if err := send(sel); err != nil {
@@ -167,7 +188,10 @@ func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 	want := 4
 	if gso {
 		p.msg[0], p.msg[probeLen] = 2, 3
-		if _, err := unix.SendmsgN(fd, p.msg[:], p.oob[:unix.CmsgSpace(2)], &p.to, 0); err != nil {
+		if err := sendOne(func() error {
+			_, err := unix.SendmsgN(fd, p.msg[:], p.oob[:unix.CmsgSpace(2)], &p.to, 0)
+			return err
+		}); err != nil {
 			return idCount{}, err
 		}
 		if err := send(5); err != nil {
@@ -182,7 +206,6 @@ func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 		}
 	}
 	var got [6]int // payload byte + 1 per selector; 0: not seen
-	deadline := time.Now().Add(probeWait)
 	for seen := 0; seen < want; {
 		n, from, err := unix.Recvfrom(p.fd, p.buf[:], unix.MSG_DONTWAIT)
 		if err == unix.EAGAIN {

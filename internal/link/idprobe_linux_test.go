@@ -161,6 +161,25 @@ func TestConnectedPortICMP(t *testing.T) {
 	if s := a.Stats(); s.SendErrors != 0 || s.ConnectedPorts != 1 {
 		t.Errorf("SendErrors %d, ConnectedPorts %d; want 0, 1", s.SendErrors, s.ConnectedPorts)
 	}
+	// An ICMP error pending when the counter must be learned again fails
+	// the first probe's send, which learn sends again.
+	ps := a.ports[sport]
+	for tries := 0; ; tries++ { // a write that fails reports an earlier one's ICMP error
+		_, err := unix.Write(ps.sock.fd, make([]byte, 40))
+		if err == nil {
+			break
+		}
+		if tries == 3 {
+			t.Fatal(err)
+		}
+	}
+	a.writeMu.Lock()
+	ps.ids.known = false
+	a.connectPort(ps, netip.AddrPortFrom(a.LocalAddr().Addr(), sport), closed)
+	a.writeMu.Unlock()
+	if !ps.ids.known || ps.peer != closed {
+		t.Fatalf("after an ICMP error: counter known %v, peer %v; want true, %v", ps.ids.known, ps.peer, closed)
+	}
 	// The same socket then reaches a live peer, each packet with the ID
 	// the link counted.
 	pkts := batch(6, b.LocalAddr())
