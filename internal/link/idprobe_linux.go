@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"time"
@@ -91,12 +92,11 @@ func (c *idCount) advance(segs int) {
 
 // idProbe is a link's socket for learning ID counters (IPv4 only).
 type idProbe struct {
-	fd   int
-	addr netip.AddrPort
-	to   unix.SockaddrInet4
-	msg  [2 * probeLen]byte
-	buf  [probeLen + 1]byte
-	oob  [unix.SizeofCmsghdr + 8]byte // UDP_SEGMENT for the super-packet probe
+	fd  int
+	to  unix.SockaddrInet4
+	msg [2 * probeLen]byte
+	buf [probeLen + 1]byte
+	oob [unix.SizeofCmsghdr + 8]byte // UDP_SEGMENT for the super-packet probe
 }
 
 // newIDProbe opens a probe socket on ip (an IPv4 address of this host) in
@@ -126,8 +126,7 @@ func newIDProbe(ip netip.Addr, ns *netns.NS) (*idProbe, error) {
 		return nil, os.NewSyscallError("getsockname", err)
 	}
 	port := sa.(*unix.SockaddrInet4).Port
-	p := &idProbe{fd: fd, addr: netip.AddrPortFrom(ip, uint16(port))}
-	p.to = unix.SockaddrInet4{Port: port, Addr: ip.As4()}
+	p := &idProbe{fd: fd, to: unix.SockaddrInet4{Port: port, Addr: ip.As4()}}
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&p.oob[0]))
 	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
 	h.SetLen(unix.CmsgLen(2))
@@ -145,17 +144,24 @@ var errProbe = errors.New("link: IPv4 ID counter not learned")
 //
 // The probes, their IDs counted from v, the first's:
 //
-//	selector 0: ID v          high byte
-//	selector 1: ID v+1        low byte
-//	selector 2: ID v+2        high byte  (with gso: segment 0 of a super-packet)
-//	selector 3: ID v+3        low byte   (with gso: its segment 1)
-//	selector 5: ID v+3 or v+4 low byte   (gso only: v+4 if the super-packet took 2)
+//	probe 0: ID v          high byte
+//	probe 1: ID v+1        low byte
+//	probe 2: ID v+2        high byte  (with gso: segment 0 of a super-packet)
+//	probe 3: ID v+3        low byte   (with gso: its segment 1)
+//	probe 4: ID v+3 or v+4 low byte   (gso only: v+4 if the super-packet took 2)
 //
 // v comes from the first two; the next two check it (a kernel that
 // numbered differently fails the check with odds of 65,535 in 65,536).
+// A probe's first payload byte, which the filter keeps, is its selector:
+// bit 0 asks for the low byte, bits 1-3 number the probe, bits 4-7 are
+// random for each call, and a datagram whose source is not src or whose
+// selector is not one of this call's is ignored, so that nothing sent to
+// the probe socket from elsewhere passes for a probe.
 func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 	p.drain()
 	deadline := time.Now().Add(probeWait)
+	nonce := byte(rand.Uint32()) << 4
+	sel := func(probe int) byte { return nonce | byte(probe)<<1 | byte(probe&1|probe>>2) }
 	// sendOne sends one probe message. A send fails before the datagram
 	// is built, taking no ID, when the socket reports an ICMP error an
 	// earlier datagram drew, or when its buffer is full: it is sent
@@ -176,36 +182,31 @@ func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 			return err
 		}
 	}
-	send := func(sel byte) error {
-		p.msg[0] = sel
+	send := func(probe int) error {
+		p.msg[0] = sel(probe)
 		return sendOne(func() error { return unix.Sendto(fd, p.msg[:probeLen], 0, &p.to) })
-	}
-	for _, sel := range []byte{0, 1} {
-		if err := send(sel); err != nil {
-			return idCount{}, err
-		}
 	}
 	want := 4
 	if gso {
-		p.msg[0], p.msg[probeLen] = 2, 3
-		if err := sendOne(func() error {
-			_, err := unix.SendmsgN(fd, p.msg[:], p.oob[:unix.CmsgSpace(2)], &p.to, 0)
-			return err
-		}); err != nil {
-			return idCount{}, err
-		}
-		if err := send(5); err != nil {
-			return idCount{}, err
-		}
 		want = 5
-	} else {
-		for _, sel := range []byte{2, 3} {
-			if err := send(sel); err != nil {
-				return idCount{}, err
-			}
+	}
+	for probe := 0; probe < want; probe++ {
+		var err error
+		if gso && probe == 2 {
+			p.msg[0], p.msg[probeLen] = sel(2), sel(3)
+			err = sendOne(func() error {
+				_, err := unix.SendmsgN(fd, p.msg[:], p.oob[:unix.CmsgSpace(2)], &p.to, 0)
+				return err
+			})
+			probe++
+		} else {
+			err = send(probe)
+		}
+		if err != nil {
+			return idCount{}, err
 		}
 	}
-	var got [6]int // payload byte + 1 per selector; 0: not seen
+	var got [5]int // per probe, its byte + 1; 0: not seen
 	for seen := 0; seen < want; {
 		n, from, err := unix.Recvfrom(p.fd, p.buf[:], unix.MSG_DONTWAIT)
 		if err == unix.EAGAIN {
@@ -223,23 +224,24 @@ func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 			return idCount{}, os.NewSyscallError("recvfrom", err)
 		}
 		sa, ok := from.(*unix.SockaddrInet4)
-		if !ok || n < 1 || n > probeLen || int(p.buf[0]) >= len(got) ||
+		probe := int(p.buf[0]>>1) & 7
+		if !ok || n < 1 || n > probeLen || probe >= want || p.buf[0] != sel(probe) ||
 			netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)) != src {
 			continue // not a probe of this call's
 		}
-		if got[p.buf[0]] == 0 {
+		if got[probe] == 0 {
 			seen++
 		}
-		got[p.buf[0]] = n
+		got[probe] = n
 	}
-	b := func(sel int) byte { return byte(got[sel] - 1) }
+	b := func(probe int) byte { return byte(got[probe] - 1) }
 	v := uint16(b(0))<<8 | uint16(b(1)-1)
 	if b(2) != byte((v+2)>>8) || b(3) != byte(v+3) {
 		return idCount{}, fmt.Errorf("%w: probe IDs do not count up", errProbe)
 	}
 	c := idCount{known: true, next: v + 4}
 	if gso {
-		switch b(5) {
+		switch b(4) {
 		case byte(v + 3):
 			c.next = v + 4
 		case byte(v + 4):

@@ -316,3 +316,71 @@ func wantIDs(a *UDP, pkts []Packet) []uint16 {
 	})
 	return ids
 }
+
+// TestIDProbeIgnoresStrays: datagrams from elsewhere that reach the probe
+// socket while a counter is learned, whatever their first byte, do not
+// pass for probes.
+func TestIDProbeIgnoresStrays(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	a.writeMu.Lock()
+	ok := a.openProbe()
+	a.writeMu.Unlock()
+	if !ok {
+		t.Fatal("no probe socket")
+	}
+	stray, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(stray)
+	to := a.probe.to
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		msg := make([]byte, probeLen)
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			msg[0] = byte(n)
+			err := unix.Sendto(stray, msg, 0, &to)
+			if err != nil && err != unix.EAGAIN {
+				done <- err
+				return
+			}
+			if n == 100 {
+				close(started)
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	var ports []*portSocket
+	for i := range 20 {
+		ps, _ := connectedPort(t, a, SourcePort(uint32(0x50+i)), b.LocalAddr())
+		ports = append(ports, ps)
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, ps := range ports {
+		if !ps.ids.known {
+			t.Fatalf("port socket %d: counter not learned", i)
+		}
+		want := ps.ids.next
+		src := netip.AddrPortFrom(a.LocalAddr().Addr(), SourcePort(uint32(0x50+i)))
+		a.probe.drain()
+		if low := lowBytes(t, a, ps.sock.fd, src, 1, 1)[0]; low != byte(want) {
+			t.Errorf("port socket %d: next ID's low byte %#02x, learned %#02x", i, low, byte(want))
+		}
+	}
+}
