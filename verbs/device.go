@@ -421,8 +421,10 @@ func (d *Device) Close() error {
 // rcvd_bytes, icrc_errors, malformed, socket_drops, what fault injection
 // did (fault_dropped, fault_duplicated, fault_reordered, fault_corrupted,
 // fault_delayed, fault_ce_marked) and what the same-host path carried
-// (samehost_pkts, samehost_drops). `goroce stats` shows the same numbers
-// from another process.
+// (samehost_pkts, samehost_drops), RDMA WRITEs placed around the cache
+// (cold_writes), and the per-QP UDP sockets (connected_ports,
+// unconnected_ports, ipv4_id_recoveries). `goroce stats` shows the same
+// numbers from another process.
 func (d *Device) Counters() map[string]uint64 {
 	d.updateLinkCounters()
 	return d.stats.Snapshot().Map()
@@ -435,6 +437,9 @@ func (d *Device) updateLinkCounters() {
 	d.stats.Set(stats.SocketDrops, ls.SocketDrops)
 	d.stats.Set(stats.SameHostPkts, ls.SameHostSent)
 	d.stats.Set(stats.SameHostDrops, ls.SameHostDrops)
+	d.stats.Set(stats.ConnectedPorts, ls.ConnectedPorts)
+	d.stats.Set(stats.UnconnectedPorts, ls.UnconnectedPorts)
+	d.stats.Set(stats.IDRecoveries, ls.IDRecoveries)
 	f := ls.Fault
 	d.stats.Set(stats.FaultDropped, f.Dropped+f.Overflow+f.Discarded)
 	d.stats.Set(stats.FaultDuplicated, f.Duplicated)

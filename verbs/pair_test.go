@@ -422,8 +422,10 @@ func TestModifyConnectsPort(t *testing.T) {
 		t.Error("the WRITE's bytes differ at the target")
 	}
 	for _, d := range []*Device{da, db} {
-		if st := d.link.Stats(); st.ConnectedPorts != 1 || st.UnconnectedPorts != 0 || st.IDRecoveries > 1 {
-			t.Errorf("%s: ConnectedPorts %d, UnconnectedPorts %d, IDRecoveries %d; want 1, 0, at most 1", d.Name(), st.ConnectedPorts, st.UnconnectedPorts, st.IDRecoveries)
+		c := d.Counters()
+		if c["connected_ports"] != 1 || c["unconnected_ports"] != 0 || c["ipv4_id_recoveries"] > 1 {
+			t.Errorf("%s: connected_ports %d, unconnected_ports %d, ipv4_id_recoveries %d; want 1, 0, at most 1",
+				d.Name(), c["connected_ports"], c["unconnected_ports"], c["ipv4_id_recoveries"])
 		}
 	}
 }
