@@ -449,8 +449,19 @@ func (p *dispatcher) parkWhilePolled() bool {
 		}
 		left := pollGrace - time.Duration(nanotime()-last)
 		if left <= 0 {
-			p.lastPoll.CompareAndSwap(last, 0)
-			p.flushHeld(0) // the poller went away without EndPoll
+			if graceExpired != nil {
+				graceExpired()
+			}
+			// The poller went away without endPoll, unless it came
+			// back since the load: then the reader must park on. (It
+			// used to take the socket all the same, and a poller that
+			// came back while it did found the socket held by a reader
+			// waiting in the netpoller on every poll for as long as it
+			// polled: TestParkWhilePolledRace.)
+			if !p.lastPoll.CompareAndSwap(last, 0) {
+				continue
+			}
+			p.flushHeld(0)
 			return true
 		}
 		if t == nil {
@@ -471,6 +482,10 @@ func (p *dispatcher) parkWhilePolled() bool {
 		}
 	}
 }
+
+// graceExpired, when set (tests), runs when parkWhilePolled finds the
+// poller's grace over, before it gives the socket back to the reader.
+var graceExpired func()
 
 // inlineBatch is the largest batch the reader runs itself.
 const inlineBatch = 4

@@ -351,3 +351,40 @@ func TestWorkerRearm(t *testing.T) {
 		t.Fatal("the timer set for 20 ms did not fire")
 	}
 }
+
+// TestParkWhilePolledRace: a reader that finds the poller's grace over
+// takes the socket back only if no poller came back since it looked. A
+// poller that polls again in between (its Progress stores a new time)
+// has skipped its hand-off, so a reader that went on to wait in the
+// netpoller held the socket for as long as the poller polled, every poll
+// finding it taken.
+func TestParkWhilePolledRace(t *testing.T) {
+	p := &dispatcher{closing: make(chan struct{}), pollWake: make(chan struct{}, 1), parked: make(chan struct{}, 1)}
+	p.lastPoll.Store(nanotime() - 2*int64(pollGrace)) // a poller gone quiet
+	back := int64(0)
+	graceExpired = func() {
+		if back == 0 {
+			back = nanotime()
+			p.lastPoll.Store(back) // it polls again, right now
+		}
+	}
+	defer func() { graceExpired = nil }()
+	done := make(chan bool, 1)
+	go func() { done <- p.parkWhilePolled() }()
+	select {
+	case <-done:
+		t.Fatalf("the reader took the socket back while a poller polled (lastPoll %d, the poller's %d)", p.lastPoll.Load(), back)
+	case <-time.After(pollGrace / 2):
+	}
+	// The poller ends (endPoll): the reader takes the socket.
+	p.lastPoll.Store(0)
+	p.pollWake <- struct{}{}
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("parkWhilePolled = false; the device is not stopping")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reader stayed parked after polling ended")
+	}
+}
