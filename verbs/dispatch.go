@@ -82,8 +82,12 @@ type dispatcher struct {
 	lastPoll atomic.Int64
 	pollWake chan struct{}
 	parked   chan struct{}
-	pollMu   sync.Mutex
-	poll     *router // guarded by pollMu
+
+	// graceExpired, when set (tests), runs when parkWhilePolled finds
+	// the poller's grace over, before it gives the socket back.
+	graceExpired func()
+	pollMu       sync.Mutex
+	poll         *router // guarded by pollMu
 
 	// graceWaits counts the hand-offs that waited out pollGrace: the
 	// reader did not park (it was routing a batch that long, or took the
@@ -449,8 +453,8 @@ func (p *dispatcher) parkWhilePolled() bool {
 		}
 		left := pollGrace - time.Duration(nanotime()-last)
 		if left <= 0 {
-			if graceExpired != nil {
-				graceExpired()
+			if p.graceExpired != nil {
+				p.graceExpired()
 			}
 			// The poller went away without endPoll, unless it came
 			// back since the load: then the reader must park on. (It
@@ -482,10 +486,6 @@ func (p *dispatcher) parkWhilePolled() bool {
 		}
 	}
 }
-
-// graceExpired, when set (tests), runs when parkWhilePolled finds the
-// poller's grace over, before it gives the socket back to the reader.
-var graceExpired func()
 
 // inlineBatch is the largest batch the reader runs itself.
 const inlineBatch = 4

@@ -362,13 +362,12 @@ func TestParkWhilePolledRace(t *testing.T) {
 	p := &dispatcher{closing: make(chan struct{}), pollWake: make(chan struct{}, 1), parked: make(chan struct{}, 1)}
 	p.lastPoll.Store(nanotime() - 2*int64(pollGrace)) // a poller gone quiet
 	back := int64(0)
-	graceExpired = func() {
+	p.graceExpired = func() {
 		if back == 0 {
 			back = nanotime()
 			p.lastPoll.Store(back) // it polls again, right now
 		}
 	}
-	defer func() { graceExpired = nil }()
 	done := make(chan bool, 1)
 	go func() { done <- p.parkWhilePolled() }()
 	select {

@@ -76,14 +76,21 @@ func (m *mmsg) setMsg(j, i, nv, segs int, a netip.AddrPort, scope uint32, segSiz
 		h.SetControllen(0)
 		return
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&m.ctls[j])), len(m.ctls[j])*8)
-	clear(b[:unix.CmsgSpace(2)])
-	c := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
-	c.Level, c.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
-	c.SetLen(unix.CmsgLen(2))
-	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], uint16(segSize))
+	b := m.ctls[j].segmentSize(segSize)
 	h.Control = &b[0]
-	h.SetControllen(unix.CmsgSpace(2))
+	h.SetControllen(len(b))
+}
+
+// segmentSize writes into c a UDP_SEGMENT control message giving segSize,
+// and returns it.
+func (c *ctlBuf) segmentSize(segSize int) []byte {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(c)), len(c)*8)[:unix.CmsgSpace(2)]
+	clear(b)
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], uint16(segSize))
+	return b
 }
 
 // connected makes message j leave without an address, by its socket's

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -96,7 +95,8 @@ type idProbe struct {
 	to  unix.SockaddrInet4
 	msg [2 * probeLen]byte
 	buf [probeLen + 1]byte
-	oob [unix.SizeofCmsghdr + 8]byte // UDP_SEGMENT for the super-packet probe
+	oob []byte // UDP_SEGMENT for the super-packet probe, in ctl
+	ctl ctlBuf
 }
 
 // newIDProbe opens a probe socket on ip (an IPv4 address of this host) in
@@ -127,10 +127,7 @@ func newIDProbe(ip netip.Addr, ns *netns.NS) (*idProbe, error) {
 	}
 	port := sa.(*unix.SockaddrInet4).Port
 	p := &idProbe{fd: fd, to: unix.SockaddrInet4{Port: port, Addr: ip.As4()}}
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&p.oob[0]))
-	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
-	h.SetLen(unix.CmsgLen(2))
-	binary.NativeEndian.PutUint16(p.oob[unix.CmsgLen(0):], probeLen)
+	p.oob = p.ctl.segmentSize(probeLen)
 	return p, nil
 }
 
@@ -195,7 +192,7 @@ func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 		if gso && probe == 2 {
 			p.msg[0], p.msg[probeLen] = sel(2), sel(3)
 			err = sendOne(func() error {
-				_, err := unix.SendmsgN(fd, p.msg[:], p.oob[:unix.CmsgSpace(2)], &p.to, 0)
+				_, err := unix.SendmsgN(fd, p.msg[:], p.oob, &p.to, 0)
 				return err
 			})
 			probe++

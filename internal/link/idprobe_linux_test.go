@@ -38,7 +38,7 @@ func lowBytes(t *testing.T, a *UDP, fd int, src netip.AddrPort, count, segs int)
 		if segs == 1 {
 			err = unix.Sendto(fd, msg, 0, &p.to)
 		} else {
-			_, err = unix.SendmsgN(fd, msg, p.oob[:unix.CmsgSpace(2)], &p.to, 0)
+			_, err = unix.SendmsgN(fd, msg, p.oob, &p.to, 0)
 		}
 		if err != nil {
 			t.Fatal(err)
