@@ -8,6 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// probeA and probeB are the addresses of the links these tests connect
+// port sockets between: addresses of their own, because the source ports
+// they bind (SourcePort of small QPNs) are those other packages' tests
+// bind on 127.0.0.1 when go test runs packages side by side.
+const probeA, probeB = "127.0.8.1", "127.0.8.2"
+
 // connectedPort opens a's port socket for sport and connects it to peer as
 // the first packet to peer would.
 func connectedPort(t *testing.T, a *UDP, sport uint16, peer netip.AddrPort) (*portSocket, netip.AddrPort) {
@@ -116,7 +122,7 @@ func TestIDProbe(t *testing.T) {
 // 0, counted in Stats.UnconnectedPorts.
 func TestConnectedPortFallback(t *testing.T) {
 	checkNoLeaks(t)
-	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	a, b := udpPair(t, probeA, probeB)
 	a.writeMu.Lock()
 	if !a.openProbe() {
 		t.Fatal("no probe socket")
@@ -146,7 +152,7 @@ func TestConnectedPortFallback(t *testing.T) {
 // never hears of ICMP errors) would have, and its ID count stays right.
 func TestConnectedPortICMP(t *testing.T) {
 	checkNoLeaks(t)
-	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	a, b := udpPair(t, probeA, probeB)
 	closed := freePort(t, "127.0.0.2") // nobody listens
 	sport := SourcePort(0x43)
 	for round := range 3 {
@@ -235,7 +241,7 @@ func TestIDGuess(t *testing.T) {
 // first datagrams from each peer.
 func TestIDRecoveries(t *testing.T) {
 	checkNoLeaks(t)
-	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	a, b := udpPair(t, probeA, probeB)
 	const rounds = 50
 	for range rounds {
 		for _, l := range []struct{ from, to *UDP }{{a, b}, {b, a}} {
@@ -322,7 +328,7 @@ func wantIDs(a *UDP, pkts []Packet) []uint16 {
 // pass for probes.
 func TestIDProbeIgnoresStrays(t *testing.T) {
 	checkNoLeaks(t)
-	a, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	a, b := udpPair(t, probeA, probeB)
 	a.writeMu.Lock()
 	ok := a.openProbe()
 	a.writeMu.Unlock()
