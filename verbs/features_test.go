@@ -172,6 +172,36 @@ func TestMultiSGEAndInline(t *testing.T) {
 	}
 }
 
+// TestInlineAfterRemoteWrite: a poster sends inline, from its own
+// goroutine, bytes that a peer's RDMA WRITE put in its MR, having learnt of
+// the WRITE only through the peer's completion (over the network, which
+// orders nothing for Go). The gather must read them after the responder's
+// goroutine wrote them: run with -race, it is the MR's count of remote
+// WRITEs that orders the two (memory.Table.collect).
+func TestInlineAfterRemoteWrite(t *testing.T) {
+	a, b := pairOn(t, newUDPDevices, 1<<16, MTU1024) // in memory, the link's channels would order them
+	for i := range 20 {
+		fill(a.buf[:64], uint64(i))
+		_, err := a.qp.PostSend([]SendWR{{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL: []SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()}})
+		must(t, err)
+		if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+			t.Fatalf("WRITE %d: %+v", i, wc)
+		}
+		_, err = a.qp.PostRecv([]RecvWR{{WRID: 2, SGL: []SGE{a.mr.SGE(8192, 64)}}})
+		must(t, err)
+		_, err = b.qp.PostSend([]SendWR{{WRID: 3, Opcode: WRSend, Flags: SendInline,
+			SGL: []SGE{b.mr.SGE(4096, 64)}}})
+		must(t, err)
+		if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess || wc.ByteLen != 64 {
+			t.Fatalf("SEND %d: %+v", i, wc)
+		}
+		if !bytes.Equal(a.buf[8192:8192+64], a.buf[:64]) {
+			t.Fatalf("round %d: the inline SEND did not carry what the WRITE placed", i)
+		}
+	}
+}
+
 // TestInvalidate: SEND_WITH_INV revokes the receiver's R_Key (WC carries
 // it), LOCAL_INV revokes a local one; both refuse further access.
 func TestInvalidate(t *testing.T) {

@@ -114,6 +114,14 @@ func (t *Table) collect(pd uint32, sgl []SGE, off, n uint64, write bool, pieces 
 		if err != nil {
 			return nil, false, fmt.Errorf("%w (SGE %d)", err, i)
 		}
+		if !write {
+			// Order this read after the RDMA WRITEs noted so far
+			// (NoteRemoteWrite counts a message after its last byte):
+			// a poster that learnt of a WRITE from the network, and
+			// sends the bytes inline from its own goroutine, reads
+			// what the responder's goroutine wrote.
+			g.remoteWrites.Load()
+		}
 		k := min(l-off, n)
 		if len(pieces) < cap(pieces) {
 			pieces = append(pieces, b[off:off+k])

@@ -252,15 +252,16 @@ func (qp *QP) PostSend(wrs []SendWR, state qpstate.State) (int, error) {
 	sq := qp.cfg.SQ
 	sq.mu.Lock()
 	defer sq.mu.Unlock()
+	tail := sq.tail.Load()
 	for i := range wrs {
 		wr := &wrs[i]
 		if err := qp.checkWR(wr); err != nil {
 			return i, err
 		}
-		if sq.tail-sq.head == uint64(len(sq.ring)) {
+		if tail-sq.head.Load() == uint64(len(sq.ring)) {
 			return i, ErrQueueFull
 		}
-		w := sq.slot(sq.tail)
+		w := sq.slot(tail)
 		sgl, inline := w.sgl, w.inline
 		*w = sendWQE{wr: *wr, sgl: append(sgl[:0], wr.SGL...), inline: inline[:0]}
 		w.wr.SGL = nil
@@ -285,7 +286,8 @@ func (qp *QP) PostSend(wrs []SendWR, state qpstate.State) (int, error) {
 				return i, fmt.Errorf("inline data: %w", err)
 			}
 		}
-		sq.tail++
+		tail++
+		sq.tail.Store(tail) // publishes the slot to the worker
 	}
 	return len(wrs), nil
 }
