@@ -149,7 +149,7 @@ type UDP struct {
 
 	readMu sync.Mutex
 	rd     *mmsg            // guarded by readMu
-	rxHdr  wire.HeaderCache // the received packets' ICRC headers; guarded by readMu
+	rxHdr  wire.HeaderCache // the received packets' ICRC headers (socket and same-host rings); guarded by readMu
 	ask    readAsk          // how many datagrams a poll asks for; guarded by readMu
 	rxIDs  idGuess          // the IPv4 IDs the peers' next datagrams most likely carry; guarded by readMu
 
@@ -162,7 +162,7 @@ type UDP struct {
 	wr      *mmsg            // guarded by writeMu
 	stage   []byte           // super-packets of small segments put together (sendRuns); guarded by writeMu
 	gso     bool             // send runs as UDP_SEGMENT super-packets; guarded by writeMu
-	txHdr   wire.HeaderCache // the sent packets' ICRC headers; guarded by writeMu
+	txHdr   wire.HeaderCache // the sent packets' ICRC headers (socket and same-host rings); guarded by writeMu
 	fault   *faultStage      // nil: no faults
 	fout    []faultOut       // the fault stage's output; guarded by writeMu
 
@@ -697,7 +697,7 @@ func (u *UDP) writeSameHost(pkts []Packet) (int, error) {
 			}
 			bytes += uint64(p.size())
 		}
-		n := o.send(pkts[done:end], u.laddr)
+		n := o.send(pkts[done:end], u.laddr, &u.txHdr)
 		if n < end-done {
 			n += u.waitRing(o, pkts[done+n:end])
 		}
@@ -734,7 +734,7 @@ func (u *UDP) waitRing(o *shmOut, pkts []Packet) int {
 	deadline := time.Now().Add(shmFullWait)
 	for n < len(pkts) && o.alive(false) && time.Now().Before(deadline) {
 		runtime.Gosched()
-		n += o.send(pkts[n:], u.laddr)
+		n += o.send(pkts[n:], u.laddr, &u.txHdr)
 	}
 	return n
 }
