@@ -83,6 +83,10 @@ type TargetsConfig struct {
 	QPs         []int // QP counts measured against one QP; nil: 16, 256, 1024
 	// Timeout bounds each process pair; 0 means 3 minutes.
 	Timeout time.Duration
+	// LineProbe measures a cache line's round trip between two CPUs
+	// before and after each round (nil: 50 ms of lineRoundTrip; it returns
+	// 0 where it cannot tell).
+	LineProbe func() time.Duration
 }
 
 func (c *TargetsConfig) defaults() {
@@ -113,6 +117,9 @@ func (c *TargetsConfig) defaults() {
 	if c.Network == "" {
 		c.Network = "loopback"
 	}
+	if c.LineProbe == nil {
+		c.LineProbe = func() time.Duration { return lineRoundTrip(50 * time.Millisecond) }
+	}
 }
 
 // TargetRound holds one round's figures.
@@ -124,7 +131,23 @@ type TargetRound struct {
 	Rate                  float64   // 64-byte messages, millions per second
 	QPBW                  []float64 // MiB/s at each of TargetsConfig.QPs
 	QPRef                 []float64 // MiB/s of one QP, run right before or after each QPBW's
+	// LineRT is a cache line's round trip between the two CPUs in ns,
+	// before and after the round (TargetsConfig.LineProbe; 0: unknown).
+	LineRT [2]float64
 }
+
+// A round whose cache-line round trip took farLine times the run's
+// quickest or more, or farLineNs or more, is named by PrintTargets as run
+// with the vCPUs far apart (the twenty-fourth round's machine: 100–125 ns
+// near, 360–560 far; CPUs of one socket take well under 300 ns on
+// today's machines).
+const (
+	farLine   = 2
+	farLineNs = 300
+)
+
+// lineMax is the longer of t's two cache-line round trips.
+func (t *TargetRound) lineMax() float64 { return max(t.LineRT[0], t.LineRT[1]) }
 
 // line is the round's figures on one line.
 func (t *TargetRound) line(cfg TargetsConfig) string {
@@ -133,6 +156,9 @@ func (t *TargetRound) line(cfg TargetsConfig) string {
 		cfg.Size, t.BW, t.TCPBW, t.BW/t.TCPBW, t.CPUPerGB, t.TCPCPUPerGB, t.Lat, t.TCPLat, t.TCPSpinLat, t.Rate)
 	for i, q := range cfg.QPs {
 		fmt.Fprintf(&b, "; %d QPs %.2fx", q, t.QPBW[i]/t.QPRef[i])
+	}
+	if t.lineMax() > 0 {
+		fmt.Fprintf(&b, "; cache line between the CPUs %.0f/%.0f ns", t.LineRT[0], t.LineRT[1])
 	}
 	return b.String()
 }
@@ -234,6 +260,40 @@ func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 		line(fmt.Sprintf("ib_write_bw %d B, %d QPs [MiB/s]", cfg.Size, q), targetQPs, "%.0f", g, nil, func(r *TargetRound) float64 { return g(r) / r.QPRef[i] })
 	}
 	fmt.Fprint(out, " (each QP row's ratio is against a run of one QP right before or after it; the other targets, zero allocations per packet, an idle QP's memory and 100,000 QPs, are tests: docs/PERFORMANCE.md)\n")
+	printLines(out, rounds)
+}
+
+// printLines notes the cache line's round trips between the two CPUs
+// (TargetRound.LineRT) and names the rounds that had one of farLine times
+// the quickest or more: the host had put the vCPUs far apart for some of
+// that round, which slows every transfer between the two processes.
+func printLines(out io.Writer, rounds []*TargetRound) {
+	lo, hi := math.Inf(1), 0.0
+	for _, r := range rounds {
+		for _, v := range r.LineRT {
+			if v > 0 {
+				lo, hi = min(lo, v), max(hi, v)
+			}
+		}
+	}
+	if hi == 0 {
+		return
+	}
+	var far []string
+	for i, r := range rounds {
+		if m := r.lineMax(); m >= farLine*lo || m >= farLineNs {
+			far = append(far, strconv.Itoa(i+1))
+		}
+	}
+	fmt.Fprintf(out, " (a cache line went between the two CPUs and back in %.0f–%.0f ns around the rounds", lo, hi)
+	if len(far) > 0 {
+		which := "round " + far[0]
+		if len(far) > 1 {
+			which = "rounds " + strings.Join(far, ", ")
+		}
+		fmt.Fprintf(out, "; in %s it took %dx the quickest or %d ns or more: the host had put the two vCPUs far apart, which slows every transfer between the processes, the same-host path's most", which, farLine, farLineNs)
+	}
+	fmt.Fprint(out, ")\n")
 }
 
 // plural is "1 round", "2 rounds".
@@ -273,6 +333,17 @@ func endEnv(sameHost bool) []string {
 func (r *targetRun) round(i int) (*TargetRound, error) {
 	cfg := r.cfg
 	t := &TargetRound{}
+	t.LineRT[0] = float64(cfg.LineProbe().Nanoseconds())
+	t, err := r.measure(i, t)
+	if err == nil {
+		t.LineRT[1] = float64(cfg.LineProbe().Nanoseconds())
+	}
+	return t, err
+}
+
+// measure runs round i's measurements into t.
+func (r *targetRun) measure(i int, t *TargetRound) (*TargetRound, error) {
+	cfg := r.cfg
 	both := func(goroce, tcp func() error) error {
 		if i%2 == 1 {
 			goroce, tcp = tcp, goroce

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTargetVerdict(t *testing.T) {
@@ -66,6 +67,9 @@ func TestPrintTargets(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "cache line") {
+		t.Errorf("a note on cache lines where no round measured them:\n%s", out)
+	}
 	if strings.Contains(out, "blocking ping-pong took") {
 		t.Errorf("a note on TCP's wake-ups where its blocking ping-pong took 1.6x its spinning one:\n%s", out)
 	}
@@ -78,6 +82,27 @@ func TestPrintTargets(t *testing.T) {
 	if out := b.String(); !strings.Contains(out, "(TCP's blocking ping-pong took 6.4x its spinning one: waking the other process costs most of it on this host") ||
 		!strings.Contains(out, "0.25x (0.23x–0.38x)  met") {
 		t.Errorf("no note on TCP's wake-ups, or the verdict changed:\n%s", out)
+	}
+	// Rounds whose cache line between the CPUs took twice the quickest
+	// round trip or more, before or after, are named.
+	for _, tc := range []struct {
+		rts  [][2]float64
+		want string
+	}{
+		{[][2]float64{{110, 120}, {115, 108}, {118, 119}}, " (a cache line went between the two CPUs and back in 108–120 ns around the rounds)\n"},
+		{[][2]float64{{110, 540}, {115, 108}, {118, 119}}, "108–540 ns around the rounds; in round 1 it took 2x the quickest or 300 ns or more: the host had put the two vCPUs far apart"},
+		{[][2]float64{{108, 120}, {530, 550}, {0, 216}}, "108–550 ns around the rounds; in rounds 2, 3 it took 2x"},
+		{[][2]float64{{0, 0}, {280, 0}, {0, 0}}, "280–280 ns around the rounds)\n"},
+		{[][2]float64{{0, 0}, {377, 0}, {0, 542}}, "377–542 ns around the rounds; in rounds 2, 3 it took 2x the quickest or 300 ns or more"},
+	} {
+		for i, r := range rounds {
+			r.LineRT = tc.rts[i]
+		}
+		b.Reset()
+		PrintTargets(&b, cfg, rounds)
+		if out := b.String(); !strings.Contains(out, tc.want) {
+			t.Errorf("round trips %v: no %q in\n%s", tc.rts, tc.want, out)
+		}
 	}
 }
 
@@ -177,7 +202,9 @@ func TestTargetsOrder(t *testing.T) {
 		}
 		return exec.Command(sh, "-c", "printf '"+out+"'")
 	}
-	rounds, err := Targets(TargetsConfig{Command: fake, Rounds: 2, QPs: []int{16}}, io.Discard)
+	probes := 0
+	probe := func() time.Duration { probes++; return time.Duration(100*probes) * time.Nanosecond }
+	rounds, err := Targets(TargetsConfig{Command: fake, Rounds: 2, QPs: []int{16}, LineProbe: probe}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +222,8 @@ func TestTargetsOrder(t *testing.T) {
 		t.Errorf("ends started in the order\n%q, want\n%q", started, want)
 	}
 	for i, r := range rounds {
-		if r.BW != 2000 || r.TCPBW != 1000 || r.Lat != 5 || r.TCPLat != 10 || r.TCPSpinLat != 4 || r.Rate != 1 || !slices.Equal(r.QPBW, []float64{1500}) || !slices.Equal(r.QPRef, []float64{1800}) {
+		wantRT := [2]float64{float64(200*i + 100), float64(200*i + 200)} // before and after each round
+		if r.BW != 2000 || r.TCPBW != 1000 || r.Lat != 5 || r.TCPLat != 10 || r.TCPSpinLat != 4 || r.Rate != 1 || !slices.Equal(r.QPBW, []float64{1500}) || !slices.Equal(r.QPRef, []float64{1800}) || r.LineRT != wantRT {
 			t.Errorf("round %d: %+v", i+1, *r)
 		}
 	}
