@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/bench"
 	"github.com/goroce/goroce/internal/netns"
 )
 
@@ -190,6 +191,14 @@ func TestBenchSweep(t *testing.T) {
 		if !strings.Contains(o, want) {
 			t.Errorf("output lacks %q:\n%s", want, o)
 		}
+	}
+	// Four cache-line round trips between the CPUs, around the sections,
+	// where there are two CPUs to measure; the tables parse back with them.
+	if runtime.NumCPU() >= 2 && strings.Count(o, "Cache line between the two CPUs and back: ") != 4 {
+		t.Errorf("want 4 cache-line round trips:\n%s", o)
+	}
+	if r, err := bench.ParseSweep(strings.NewReader(o)); err != nil || len(r.BWByQPs) != 3 {
+		t.Errorf("the output does not parse back: %v", err)
 	}
 	svg, err := os.ReadFile(plot)
 	if err != nil {

@@ -59,6 +59,11 @@ func TestParseSweep(t *testing.T) {
 	if err != nil || r.Network != veth || len(r.BWBySize) == 0 {
 		t.Errorf("sweep over a veth: %+v, %v", r, err)
 	}
+	withLines := strings.ReplaceAll(sweepTables, "\n Latency", "\n "+lineHeader+"118 ns before the latency points\n Latency")
+	r, err = ParseSweep(strings.NewReader(" " + lineHeader + "540 ns before the bandwidth points\n" + withLines))
+	if err != nil || len(r.LatBySize) != 2 {
+		t.Errorf("sweep with cache-line round trips: %+v, %v", r, err)
+	}
 	r, err = ParseSweep(strings.NewReader(" " + sameHostHeader + "\n\n" + sweepTables + "\n plot: sweep.svg\n"))
 	if err != nil || !r.SameHost || len(r.BWByQPs) != 2 {
 		t.Errorf("same-host sweep: %+v, %v", r, err)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/perftest"
@@ -37,6 +38,11 @@ type SweepConfig struct {
 	// Rounds is how many times each point is measured, goroce then TCP
 	// each time; the tables show the medians (1 by default).
 	Rounds int
+	// LineProbe measures a cache line's round trip between two CPUs,
+	// printed before each section and after the last (nil: 50 ms of
+	// lineRoundTrip; 0 prints nothing): whether the host had the two
+	// vCPUs close or far apart while the section ran (Targets).
+	LineProbe func() time.Duration
 }
 
 // Point is one measurement of a sweep, goroce and TCP side by side.
@@ -55,6 +61,10 @@ type SweepResult struct {
 
 // sameHostHeader heads the tables of a sweep over the same-host path.
 const sameHostHeader = "Path: goroce over the same-host path (shared memory, GOROCE_SAMEHOST=1); TCP as always"
+
+// lineHeader starts the lines that give a cache line's round trip
+// between the two CPUs (SweepConfig.LineProbe).
+const lineHeader = "Cache line between the two CPUs and back: "
 
 // networkHeader heads the tables of every sweep, naming what joined the
 // ends.
@@ -94,6 +104,9 @@ func (c *SweepConfig) defaults() {
 	if c.Network == "" {
 		c.Network = "loopback"
 	}
+	if c.LineProbe == nil {
+		c.LineProbe = func() time.Duration { return lineRoundTrip(50 * time.Millisecond) }
+	}
 	if c.Rounds == 0 {
 		c.Rounds = 1
 	}
@@ -126,6 +139,12 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	if cfg.SameHost {
 		fmt.Fprintf(out, " %s\n\n", sameHostHeader)
 	}
+	line := func(when string) {
+		if rt := cfg.LineProbe(); rt > 0 {
+			fmt.Fprintf(out, " %s%d ns %s\n", lineHeader, rt.Nanoseconds(), when)
+		}
+	}
+	line("before the bandwidth points")
 
 	// bwBoth measures goroce's bandwidth with n size-byte messages on qps
 	// QPs, then TCP's over as many connections.
@@ -154,7 +173,9 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	}
 
 	lat := perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}
-	fmt.Fprintf(out, "\n Latency against message size, goroce %s vs TCP ping-pong (t_typical, one way), same run\n", lat.Name())
+	fmt.Fprintln(out)
+	line("before the latency points")
+	fmt.Fprintf(out, " Latency against message size, goroce %s vs TCP ping-pong (t_typical, one way), same run\n", lat.Name())
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[usec]", "TCP[usec]", "ratio")
 	for size := cfg.MinSize; size <= cfg.MaxLatSize; size *= 2 {
 		args := []string{"-n", strconv.Itoa(cfg.LatIters), "-s", strconv.Itoa(size)}
@@ -176,7 +197,9 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, cfg.LatIters, g, t, r)
 	}
 
-	fmt.Fprintf(out, "\n Aggregate bandwidth against QP count (%d-byte messages), goroce vs as many TCP streams, same run\n", cfg.QPSize)
+	fmt.Fprintln(out)
+	line("before the QP points")
+	fmt.Fprintf(out, " Aggregate bandwidth against QP count (%d-byte messages), goroce vs as many TCP streams, same run\n", cfg.QPSize)
 	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
 	for _, q := range cfg.QPs {
 		n := iters(cfg.Bytes, cfg.QPSize, q)
@@ -187,6 +210,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 		res.BWByQPs = append(res.BWByQPs, Point{q, g, t})
 		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", q, n, g, t, r)
 	}
+	line("after the QP points")
 	return res, nil
 }
 
@@ -256,7 +280,7 @@ func ParseSweep(r io.Reader) (*SweepResult, error) {
 			}
 			res.Rounds = n
 			continue
-		case text == "" || strings.HasPrefix(text, "#") || strings.HasPrefix(text, "plot: "):
+		case text == "" || strings.HasPrefix(text, "#") || strings.HasPrefix(text, "plot: ") || strings.HasPrefix(text, lineHeader):
 			continue
 		}
 		f := strings.Fields(text)
