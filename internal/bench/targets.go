@@ -138,8 +138,8 @@ type TargetRound struct {
 
 // A round whose cache-line round trip took farLine times the run's
 // quickest or more, or farLineNs or more, is named by PrintTargets as run
-// with the vCPUs far apart (the twenty-fourth round's machine: 100–125 ns
-// near, 360–560 far; CPUs of one socket take well under 300 ns on
+// with the vCPUs far apart (the twenty-fourth round's machine: 80–125 ns
+// near, 360–660 far; CPUs of one socket take well under 300 ns on
 // today's machines).
 const (
 	farLine   = 2
@@ -265,8 +265,9 @@ func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 
 // printLines notes the cache line's round trips between the two CPUs
 // (TargetRound.LineRT) and names the rounds that had one of farLine times
-// the quickest or more: the host had put the vCPUs far apart for some of
-// that round, which slows every transfer between the two processes.
+// the quickest or farLineNs or more: the host had put the vCPUs far apart
+// for some of that round, which slows every transfer between the two
+// processes.
 func printLines(out io.Writer, rounds []*TargetRound) {
 	lo, hi := math.Inf(1), 0.0
 	for _, r := range rounds {

@@ -117,9 +117,10 @@ func (t *Table) collect(pd uint32, sgl []SGE, off, n uint64, write bool, pieces 
 		if !write {
 			// Order this read after the RDMA WRITEs noted so far
 			// (NoteRemoteWrite counts a message after its last byte):
-			// a poster that learnt of a WRITE from the network, and
-			// sends the bytes inline from its own goroutine, reads
-			// what the responder's goroutine wrote.
+			// a goroutine that learnt of a WRITE from the network, a
+			// poster sending its bytes inline or another QP's worker
+			// gathering them, reads what the responder's goroutine
+			// wrote (TestInlineAfterRemoteWrite).
 			g.remoteWrites.Load()
 		}
 		k := min(l-off, n)
