@@ -95,7 +95,8 @@ const (
 	// on, if it is published. The prefetch covers as many cache lines as
 	// the packet in hand takes (the next ones are likely its size), at
 	// most shmPrefetchLines: past that, a copy is long enough for the
-	// CPU's own prefetcher. A slot's lines move between the cores every
+	// CPU's own prefetcher, unless the two CPUs are far apart, where the
+	// producer asks for whole slots (slotWidth). A slot's lines move between the cores every
 	// time around the ring (the consumer read them last, the producer
 	// wrote them last), and without the hint each store of a small
 	// packet waited for one: 64-byte WRITEs between two processes,
@@ -107,9 +108,9 @@ const (
 )
 
 // prefetchSlot asks the CPU for the lines that a packet of size bytes
-// takes in slot, to be written or read.
-func prefetchSlot(slot []byte, size int, write bool) {
-	lines := min((shmSlotHdr+size+prefetch.LineSize-1)/prefetch.LineSize, shmPrefetchLines)
+// takes in slot, at most limit, to be written or read.
+func prefetchSlot(slot []byte, size int, write bool, limit int) {
+	lines := min((shmSlotHdr+size+prefetch.LineSize-1)/prefetch.LineSize, limit)
 	if write {
 		prefetch.Write(unsafe.Pointer(&slot[0]), lines)
 	} else {
@@ -180,6 +181,7 @@ type shmOut struct {
 	tail     uint64    // the next slot to fill (the producer's own copy)
 	head     uint64    // the consumer's index as last read: slots before it are free
 	retryAt  time.Time // no channel: when to dial again
+	width    slotWidth // how much of the slots ahead send asks for
 }
 
 // shmIn is a channel this link receives on.
@@ -492,6 +494,16 @@ func (s *sameHost) offer(c *net.UnixConn) (*shmRing, int, error) {
 func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort, hdr *wire.HeaderCache) int {
 	r := o.ring
 	n := 0
+	wide, timed := o.width.next()
+	limit := shmPrefetchLines
+	if wide {
+		limit = shmSlotSize / prefetch.LineSize
+	}
+	var start time.Duration
+	if timed {
+		start = time.Since(monoStart)
+	}
+	large := int64(0) // bytes of packets of a KiB or more, for o.width
 	for ; n < len(pkts); n++ {
 		// The consumer's index is read again only when the ring looks
 		// full: the consumer writes it after every batch, and a read of
@@ -521,18 +533,30 @@ func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort, hdr *wire.HeaderCache
 		tail := p.Buf[split : len(p.Buf)-wire.ICRCLen]
 		wire.PutICRC(pkt, f.ICRCCopy(pkt[:size-wire.ICRCLen], p.Buf[:split], p.Payload, tail))
 		o.tail++
+		if size >= 1024 {
+			large += int64(size)
+		}
 		if o.tail+shmPrefetchAhead-o.head < shmSlots { // not a slot the consumer may still read
-			prefetchSlot(r.slot(o.tail+shmPrefetchAhead), size, true)
+			prefetchSlot(r.slot(o.tail+shmPrefetchAhead), size, true, limit)
 		}
 	}
 	if n > 0 {
-		r.u64(shmOffTail).Store(o.tail)
+		r.u64(shmOffTail).Store(o.tail) // an exchange: the slots' stores are done when it is
+		var ns int64
+		if timed {
+			ns = int64(time.Since(monoStart) - start)
+		}
+		o.width.note(wide, timed, ns, large)
 		if r.u32(shmOffWaiting).Load() != 0 && r.u32(shmOffWaiting).CompareAndSwap(1, 0) {
 			signal(o.doorbell)
 		}
 	}
 	return n
 }
+
+// monoStart is where the same-host sender's clock (slotWidth's timing)
+// counts from: time.Since of it reads only the monotonic clock.
+var monoStart = time.Now()
 
 // alive reports whether the consumer still reads o's ring; u.writeMu is
 // held. It costs a system call only when the ring is full.
@@ -661,7 +685,7 @@ func (s *sameHost) read(pkts []Packet, lend bool) int {
 				continue
 			}
 			if tail-at > shmPrefetchAhead {
-				prefetchSlot(r.slot(at+shmPrefetchAhead), size, false)
+				prefetchSlot(r.slot(at+shmPrefetchAhead), size, false, shmPrefetchLines)
 			}
 			sport := binary.LittleEndian.Uint16(slot[4:])
 			src := netip.AddrPortFrom(in.peer, sport)

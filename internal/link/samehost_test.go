@@ -76,6 +76,43 @@ func TestSameHost(t *testing.T) {
 	}
 }
 
+// TestSameHostSlotWidth: the sender times trials of both slot widths
+// (slotWidth) as it sends batches with large packets, and every packet
+// arrives whole whichever width sent it.
+func TestSameHostSlotWidth(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := sameHostPair(t)
+	to := b.LocalAddr()
+	const batches = widthEvery + 2*widthTrial
+	trials, wides := 0, 0
+	for range batches {
+		sent := batch(6, to) // sizes 0 to 4096, three of a KiB or more
+		a.writeMu.Lock()
+		o := a.sh.out[to]
+		var w slotWidth
+		if o != nil {
+			w = o.width
+		}
+		a.writeMu.Unlock()
+		if wide, timed := w.next(); timed {
+			trials++
+			if wide {
+				wides++
+			}
+		}
+		if n, err := a.WriteBatch(sent); n != len(sent) || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		checkReceived(t, readN(t, b, len(sent)), sent, a.LocalAddr(), to)
+	}
+	if trials < widthTrial || wides < widthTrial/2 {
+		t.Errorf("%d timed batches, %d of them wide, in %d: want a trial of %d, half wide", trials, wides, batches, widthTrial)
+	}
+	if s := a.Stats(); s.SameHostSent != 6*batches || s.SameHostDrops != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
 // TestSameHostStaleRing: a producer may clear a consumer's "waiting" flag
 // and ring its doorbell late, after the consumer has woken for another
 // reason and gone to wait again. That ring wakes the new wait for nothing;

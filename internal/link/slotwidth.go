@@ -1,0 +1,71 @@
+package link
+
+// slotWidth decides how much of a ring slot ahead the same-host sender
+// asks for (prefetchSlot): the lines its packet takes up to
+// shmPrefetchLines, or the whole slot. Where the two CPUs share a cache
+// the narrow request is the better one (close together, 64 KiB WRITEs
+// over one QP: 17,527 MiB/s against 16,320–17,384 for whole slots,
+// medians of 10 rotated rounds). Where the host has put them far apart, a
+// slot's lines were read last by the far CPU and each store waits for its
+// copy to be invalidated; asking for all of them at once moved 1.6× the
+// bytes (8,733–9,707 MiB/s against 4,728–6,017; docs/perf/HISTORY.md,
+// twenty-fourth round). The host moves the vCPUs while a channel lives,
+// so the sender compares the two as it runs: a channel starts narrow, and
+// every widthEvery batches with large packets the sender times widthTrial
+// batches, alternating the two widths, and keeps the width whose best
+// batch took less time per byte (whole slots only by widthMargin; each
+// width's best batch, so that a batch held up by the scheduler does not
+// decide). Both widths keep the ring in the caches, so the receiver's
+// cost hardly depends on the choice and the sender's own time tells it:
+// close together about 0.025 ns a byte narrow against 0.029 wide here.
+// A trial costs the sender about half a percent where narrow is better.
+type slotWidth struct {
+	wide  bool       // ask for whole slots between trials
+	n     int        // untimed batches since the last trial
+	trial int        // > 0: batches left in the trial under way
+	best  [2]float64 // the trial's least time per byte, narrow and wide; 0: none yet
+}
+
+const (
+	widthEvery = 256 // batches with large packets between trials
+	widthTrial = 16  // batches a trial times, half of each width
+	// widthMargin is how much less time per byte whole slots must take
+	// to be chosen.
+	widthMargin = 0.95
+	// widthMinBytes is the least a batch's large packets must hold for
+	// it to count: below it the clock's resolution would decide.
+	widthMinBytes = 1024
+)
+
+// next says whether the sender's next batch asks for whole slots and
+// whether it is timed (note).
+func (w *slotWidth) next() (wide, timed bool) {
+	if w.trial > 0 {
+		return w.trial%2 == 1, true
+	}
+	return w.wide, false
+}
+
+// note records a batch sent with the width next gave: bytes of large
+// packets that took ns, if it was timed.
+func (w *slotWidth) note(wide, timed bool, ns, bytes int64) {
+	if bytes < widthMinBytes {
+		return
+	}
+	if !timed {
+		if w.n++; w.n >= widthEvery {
+			w.n, w.trial, w.best = 0, widthTrial, [2]float64{}
+		}
+		return
+	}
+	i := 0
+	if wide {
+		i = 1
+	}
+	if r := float64(ns) / float64(bytes); w.best[i] == 0 || r < w.best[i] {
+		w.best[i] = r
+	}
+	if w.trial--; w.trial == 0 {
+		w.wide = w.best[0] > 0 && w.best[1] > 0 && w.best[1] < widthMargin*w.best[0]
+	}
+}
