@@ -96,9 +96,10 @@ const (
 	// the packet in hand takes (the next ones are likely its size), at
 	// most shmPrefetchLines: past that, a copy is long enough for the
 	// CPU's own prefetcher, unless the two CPUs are far apart, where the
-	// producer asks for whole slots (slotWidth). A slot's lines move between the cores every
-	// time around the ring (the consumer read them last, the producer
-	// wrote them last), and without the hint each store of a small
+	// producer asks for whole slots (slotWidth). A slot's lines move
+	// between the cores every time around the ring (the consumer read
+	// them last, the producer wrote them last), and without the hint
+	// each store of a small
 	// packet waited for one: 64-byte WRITEs between two processes,
 	// 1.82 M/s with it against 1.51 (6 rotated rounds; PREFETCHT0 for
 	// the producer's, 1.60), the client's CPU per message 0.50 µs
@@ -503,7 +504,7 @@ func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort, hdr *wire.HeaderCache
 	if timed {
 		start = time.Since(monoStart)
 	}
-	large := int64(0) // bytes of packets of a KiB or more, for o.width
+	large := int64(0) // bytes of packets of widthLargePacket or more, for o.width
 	for ; n < len(pkts); n++ {
 		// The consumer's index is read again only when the ring looks
 		// full: the consumer writes it after every batch, and a read of
@@ -533,7 +534,7 @@ func (o *shmOut) send(pkts []Packet, laddr netip.AddrPort, hdr *wire.HeaderCache
 		tail := p.Buf[split : len(p.Buf)-wire.ICRCLen]
 		wire.PutICRC(pkt, f.ICRCCopy(pkt[:size-wire.ICRCLen], p.Buf[:split], p.Payload, tail))
 		o.tail++
-		if size >= 1024 {
+		if size >= widthLargePacket {
 			large += int64(size)
 		}
 		if o.tail+shmPrefetchAhead-o.head < shmSlots { // not a slot the consumer may still read

@@ -32,9 +32,11 @@ const (
 	// widthMargin is how much less time per byte whole slots must take
 	// to be chosen.
 	widthMargin = 0.95
-	// widthMinBytes is the least a batch's large packets must hold for
-	// it to count: below it the clock's resolution would decide.
-	widthMinBytes = 1024
+	// widthLargePacket is the least size of the packets a batch is timed
+	// by, and widthMinBytes the least they must hold together for the
+	// batch to count: below it the clock's resolution would decide.
+	widthLargePacket = 1024
+	widthMinBytes    = 1024
 )
 
 // next says whether the sender's next batch asks for whole slots and

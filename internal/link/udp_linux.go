@@ -849,9 +849,7 @@ func (u *UDP) sendPlain(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts
 		}
 		flattenICRC(p, &f)
 		m.setName(i, dst, u.scope)
-		if dst == conn {
-			m.hs[i].hdr.Namelen = 0 // the connected route
-		}
+		m.connected(i, dst == conn)
 		m.setBuf(i, p.Buf)
 	}
 	sent, bytes := 0, uint64(0)
@@ -1001,8 +999,7 @@ func (u *UDP) connectPort(ps *portSocket, src, dst netip.AddrPort) {
 	}
 	is4 := dst.Addr().Is4()
 	if u.noConnect || u.bind.IsMulticast() || dst.Addr().IsMulticast() || (is4 && u.probe == nil && !u.openProbe()) {
-		ps.unconnected = true
-		u.stats.unconnectedPorts.Add(1)
+		u.leaveUnconnected(ps)
 		return
 	}
 	if !ps.peer.IsValid() {
@@ -1013,8 +1010,7 @@ func (u *UDP) connectPort(ps *portSocket, src, dst netip.AddrPort) {
 			sa = &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16(), ZoneId: u.scope}
 		}
 		if err := unix.Connect(ps.sock.fd, sa); err != nil {
-			ps.unconnected = true
-			u.stats.unconnectedPorts.Add(1)
+			u.leaveUnconnected(ps)
 			return
 		}
 		ps.peer = dst
@@ -1027,11 +1023,8 @@ func (u *UDP) connectPort(ps *portSocket, src, dst netip.AddrPort) {
 	ids, err := u.probe.learn(ps.sock.fd, src, u.gso)
 	if err != nil {
 		disconnect(ps.sock.fd) // its datagrams go out with ID 0 again
-		ps.peer, ps.unconnected = netip.AddrPort{}, true
-		u.stats.unconnectedPorts.Add(1)
-		if ps.counted { // counted connected before: no longer
-			u.stats.connectedPorts.Add(^uint64(0))
-		}
+		ps.peer = netip.AddrPort{}
+		u.leaveUnconnected(ps)
 		return
 	}
 	if !ps.counted {
@@ -1039,6 +1032,17 @@ func (u *UDP) connectPort(ps *portSocket, src, dst netip.AddrPort) {
 		u.stats.connectedPorts.Add(1)
 	}
 	ps.ids = ids
+}
+
+// leaveUnconnected marks ps as staying unconnected for good and counts it
+// so (no longer as connected, if it was); u.writeMu is held.
+func (u *UDP) leaveUnconnected(ps *portSocket) {
+	ps.unconnected = true
+	u.stats.unconnectedPorts.Add(1)
+	if ps.counted {
+		ps.counted = false
+		u.stats.connectedPorts.Add(^uint64(0))
+	}
 }
 
 // icmpError reports whether err is one a connected UDP socket reports for
