@@ -3,6 +3,7 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/stamp"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -336,8 +337,10 @@ func (qp *QP) path(a *QPAttr) (transport.Path, error) {
 // of the first work request it rejected (len(wrs) if none) and why; none
 // after it is posted. Errors a peer causes come back as completions.
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
+	stamp.Mark(stamp.Post)
 	st := qp.State()
 	n, err := qp.t.PostSend(wrs, st)
+	stamp.Mark(stamp.Posted)
 	if n > 0 {
 		if qp.postsInline(qp.t.SendQueueLen(), n) {
 			qp.kickInline()

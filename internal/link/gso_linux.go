@@ -2,6 +2,7 @@ package link
 
 import (
 	"encoding/binary"
+	"github.com/goroce/goroce/internal/stamp"
 	"net/netip"
 	"sync"
 	"unsafe"
@@ -225,6 +226,7 @@ func (u *UDP) readGRO(pkts []Packet, wait, lend bool) (int, error) {
 		}
 		u.stats.addRx(&c)
 		if n > 0 {
+			stamp.Mark(stamp.LinkRead)
 			return n, nil
 		}
 	}

@@ -2,6 +2,7 @@ package link
 
 import (
 	"encoding/binary"
+	"github.com/goroce/goroce/internal/stamp"
 	"net/netip"
 	"os"
 	"syscall"
@@ -169,7 +170,17 @@ func (m *mmsg) send(fd uintptr) bool { return m.call(unix.SYS_SENDMMSG, fd) }
 // running goroutine: tens of microseconds.
 func (m *mmsg) call(trap, fd uintptr) bool {
 	for {
+		if trap == unix.SYS_SENDMMSG {
+			stamp.Mark(stamp.Send)
+		}
 		n, _, e := unix.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.cnt), 0, 0, 0)
+		if stamp.Enabled {
+			if trap == unix.SYS_SENDMMSG {
+				stamp.Close()
+			} else if e == 0 && n > 0 {
+				stamp.Mark(stamp.Read)
+			}
+		}
 		switch e {
 		case unix.EINTR:
 			continue

@@ -7,6 +7,7 @@ package perftest
 import (
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/stamp"
 	"io"
 	"net"
 	"net/netip"
@@ -459,6 +460,9 @@ func (r *runner) lat() error {
 		}
 	}
 	fmt.Fprint(r.out, resultLine)
+	if stamp.Enabled { // a build with -tags goroce_stamps
+		stamp.Report(os.Stderr)
+	}
 	if p.Verb == Write {
 		return nil // ib_write_lat ends without a closing handshake
 	}
