@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"container/heap"
+	"github.com/goroce/goroce/internal/stamp"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -88,6 +89,7 @@ type dispatcher struct {
 	graceExpired func()
 	pollMu       sync.Mutex
 	poll         *router // guarded by pollMu
+	countedAt    int64   // when a poll last copied the link's counters; guarded by pollMu
 
 	// graceWaits counts the hand-offs that waited out pollGrace: the
 	// reader did not park (it was routing a batch that long, or took the
@@ -241,6 +243,7 @@ func (r *router) release() {
 // route hands pkts[:n] to their QPs' workers. It returns false once the
 // workers have stopped.
 func (r *router) route(n int) bool {
+	stamp.Mark(stamp.Routed)
 	p := r.p
 	r.used = min(n+1, len(r.pkts))
 	for i := range n {
@@ -368,7 +371,10 @@ func (p *dispatcher) progress(now int64) int {
 		p.flushHeld(now)
 		return 0
 	}
-	p.dev.updateLinkCounters()
+	if now-p.countedAt >= int64(linkCountsEvery) {
+		p.dev.updateLinkCounters()
+		p.countedAt = now
+	}
 	r.routeAndReturn(n)
 	if p.lastPoll.Load() == 0 {
 		// The reader took the socket back while this turn ran (the
@@ -381,6 +387,16 @@ func (p *dispatcher) progress(now int64) int {
 	}
 	return n
 }
+
+// linkCountsEvery is how often at most a busy poll copies the link's
+// counters (ICRC errors, socket drops, ...) into the device's published
+// ones; the reader copies them after every batch, and polling that ends
+// (endPoll, or the reader taking the socket back) once more. Copying them
+// took 40-50 ns of each message a latency test's poller read, on the
+// way from its arrival to the application (internal/stamp); what the
+// published counters show now lags a poll's by at most this much.
+// Device.Counters copies them itself.
+const linkCountsEvery = time.Millisecond
 
 // queued reports whether a worker has events queued.
 func (p *dispatcher) queued() bool {
@@ -433,6 +449,7 @@ func (p *dispatcher) flushHeld(now int64) {
 // endPoll gives the socket back to the reader at once.
 func (p *dispatcher) endPoll() {
 	p.flushHeld(0)
+	p.dev.updateLinkCounters()
 	p.lastPoll.Store(0)
 	select {
 	case p.pollWake <- struct{}{}:
@@ -466,6 +483,7 @@ func (p *dispatcher) parkWhilePolled() bool {
 				continue
 			}
 			p.flushHeld(0)
+			p.dev.updateLinkCounters()
 			return true
 		}
 		if t == nil {
@@ -632,6 +650,11 @@ const answerWindow = time.Millisecond
 // thread each time, which costs more than the system call saved.
 func (w *worker) finishTurn(holdAcks bool) {
 	w.progress()
+	if stamp.Reached(stamp.Post) {
+		stamp.Mark(stamp.Built)
+	} else {
+		stamp.Mark(stamp.Progress)
+	}
 	if at := w.heldAt.Load(); holdAcks && w.onlyAcks() && w.answers() && (at == 0 || w.clock() < at) {
 		if at == 0 {
 			w.heldAt.Store(w.clock() + int64(ackHold))
@@ -643,6 +666,7 @@ func (w *worker) finishTurn(holdAcks bool) {
 	w.rearm()
 	w.eager, w.written, w.now = false, 0, 0
 	w.mu.Unlock()
+	stamp.Mark(stamp.TurnEnd)
 }
 
 // answers reports whether the worker wrote a request within answerWindow.
@@ -718,6 +742,7 @@ func (w *worker) handleEvent(ev event) {
 	w.now = 0 // each event is a step (clock)
 	switch ev.kind {
 	case evPackets:
+		stamp.Mark(stamp.Handle)
 		now := w.clockTime()
 		for i := range ev.batch.n {
 			b := ev.batch.bufs[i]
@@ -750,6 +775,7 @@ func (w *worker) handleEvent(ev event) {
 			ev.batch.lent[i] = false
 		}
 		w.countRx()
+		stamp.Mark(stamp.Received)
 		ev.batch.n = 0
 		batchPool.Put(ev.batch)
 	case evKick:
@@ -1019,6 +1045,9 @@ func (w *worker) Fatal(t *transport.QP, _ transport.WCStatus) {
 
 // flush writes the queued packets.
 func (w *worker) flush() {
+	if stamp.Reached(stamp.Post) {
+		stamp.Mark(stamp.Flush)
+	}
 	if w.heldAt.Load() != 0 {
 		w.heldAt.Store(0)
 	}
@@ -1069,6 +1098,7 @@ func (w *worker) flush() {
 // kick queues a kick event for qp.
 func (w *worker) kick(qp *QP) {
 	if w.tryInline() {
+		stamp.Mark(stamp.Inline)
 		qp.kicked.Store(false)
 		w.markDirty(qp)
 		w.eager = w.dev.eagerLink() // until finish ends the turn

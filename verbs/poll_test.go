@@ -272,6 +272,26 @@ func TestBusyPollTimeout(t *testing.T) {
 	}
 }
 
+// TestBusyPollSharesP: a goroutine that shares the poller's only P runs
+// while the poller finds nothing: the poller lets it in every schedEvery
+// (not after every empty poll, but long before the runtime would preempt
+// it, 10 ms).
+func TestBusyPollSharesP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	da, _ := newUDPDevices(t)
+	for i := range 20 {
+		var ran atomic.Bool
+		go ran.Store(true)
+		start := time.Now()
+		if !da.BusyPoll(5*time.Millisecond, ran.Load) {
+			t.Fatalf("try %d: the goroutine beside the poller did not run in 5 ms", i)
+		}
+		if d := time.Since(start); d > 2*time.Millisecond {
+			t.Logf("try %d: the goroutine ran after %v", i, d)
+		}
+	}
+}
+
 // TestCloseWhilePolled: a device closes at once while its reader is
 // parked for a poller.
 func TestCloseWhilePolled(t *testing.T) {

@@ -715,10 +715,7 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 	// the poll byte is read only once every one of them is counted.
 	arrived := func() bool { return s.mr.RemoteWriteBytes()-s.consumed >= uint64(size) }
 	waitWrite := func(want byte) error {
-		deadline := time.Now().Add(stallTimeout)
-		if !until.IsZero() {
-			deadline = until
-		}
+		var deadline time.Time
 		for spins := 0; ; spins++ {
 			seen := s.mr.RemoteWrites() // before the bytes: one counted after them changes it
 			if arrived() {
@@ -734,6 +731,15 @@ func (s *side) latency(size int) ([]int64, int, int64, error) {
 			if spins < spinPolls && !p.Events {
 				runtime.Gosched()
 				continue
+			}
+			// The deadline is taken when the wait first blocks, not
+			// before each message: time.Now reads two clocks, on the
+			// way from the peer's message to the answer (internal/stamp).
+			if deadline.IsZero() {
+				deadline = time.Now().Add(stallTimeout)
+				if !until.IsZero() {
+					deadline = until
+				}
 			}
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			_, err := s.mr.WaitRemoteWrites(ctx, seen)
