@@ -86,8 +86,8 @@ type QP struct {
 
 	sendCQ, recvCQ countedCQ // the transport's CQs: init's, counting what arrived first
 
-	mu    sync.Mutex // guards state and attr
-	state QPState
+	mu    sync.Mutex    // guards attr, and state's changes
+	state atomic.Uint32 // a QPState: read without mu (State, on every post)
 	attr  QPAttr
 }
 
@@ -144,7 +144,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 			break
 		}
 	}
-	qp := &QP{dev: d, pd: pd, qpn: d.qpns, init: a, state: QPSReset}
+	qp := &QP{dev: d, pd: pd, qpn: d.qpns, init: a} // state 0: RESET
 	w := d.disp.workerFor(qp.qpn)
 	qp.sendCQ, qp.recvCQ = countedCQ{a.SendCQ, w}, countedCQ{a.RecvCQ, w}
 	var rq *transport.RecvQueue
@@ -171,18 +171,15 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 func (qp *QP) QPN() uint32 { return qp.qpn }
 
 // State returns the QP's current state.
-func (qp *QP) State() QPState {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.state
-}
+func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
 
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
 func (qp *QP) Query() (QPAttr, QPInitAttr) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	a := qp.attr
-	a.State, a.CurState = qp.state, qp.state
+	a.State = QPState(qp.state.Load())
+	a.CurState = a.State
 	a.Cap = qp.init.Cap
 	return a, qp.init
 }
@@ -215,7 +212,7 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask AttrMask) (transport.Path, QPState
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	var none transport.Path
-	cur := qp.state
+	cur := QPState(qp.state.Load())
 	if err := qpstate.CheckCurState(cur, mask, attr.CurState); err != nil {
 		return none, cur, &QPError{qp.qpn, "modify", err}
 	}
@@ -235,7 +232,8 @@ func (qp *QP) modifyLocked(attr *QPAttr, mask AttrMask) (transport.Path, QPState
 	if err != nil && (next == QPSRTR || next == QPSRTS) {
 		return none, cur, &QPError{qp.qpn, "modify", fmt.Errorf("%v→%v: %w", cur, next, err)}
 	}
-	qp.attr, qp.state = a, next
+	qp.attr = a
+	qp.state.Store(uint32(next))
 	return path, next, nil
 }
 
@@ -454,7 +452,7 @@ func (qp *QP) Destroy() error {
 	d.mu.Unlock()
 	closeGroups(empty)
 	qp.mu.Lock()
-	qp.state = QPSReset
+	qp.state.Store(uint32(QPSReset))
 	qp.mu.Unlock()
 	qp.w.call(func() {
 		qp.t.Quiesce() // ACKs of what the peer already delivered (see transport.QP.Quiesce)
@@ -468,7 +466,7 @@ func (qp *QP) Destroy() error {
 // fatal records that the transport moved the QP to ERR.
 func (qp *QP) fatal() {
 	qp.mu.Lock()
-	qp.state = QPSErr
+	qp.state.Store(uint32(QPSErr))
 	qp.mu.Unlock()
 	qp.dev.event(AsyncEvent{Type: EventQPFatal, QP: qp})
 }
