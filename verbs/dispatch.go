@@ -68,6 +68,8 @@ type event struct {
 	qp    *QP
 	fn    func()
 	done  chan struct{}
+
+	inline bool // a batch run by the goroutine that routed it, which keeps it
 }
 
 type dispatcher struct {
@@ -177,6 +179,7 @@ type router struct {
 	group   netip.Addr // the multicast group read, or the zero Addr
 	dst     netip.Addr // the packets' destination address
 	used    int        // pkts[:used] may need a buffer or their full length back
+	spare   *rxBatch   // a batch run inline, kept for the next (no trip to batchPool)
 
 	// A busy poller's router runs every batch on its own goroutine when
 	// the worker is idle, and leaves the ACKs that come of it queued for
@@ -316,7 +319,11 @@ func (r *router) intact(p *link.Packet) bool {
 func (r *router) queue(qp *QP, p *link.Packet, b []byte, lent bool) bool {
 	wi := int(qp.qpn % uint32(len(r.p.workers)))
 	if r.batches[wi] == nil {
-		r.batches[wi] = batchPool.Get().(*rxBatch)
+		if r.spare != nil {
+			r.batches[wi], r.spare = r.spare, nil
+		} else {
+			r.batches[wi] = batchPool.Get().(*rxBatch)
+		}
 	}
 	bt := r.batches[wi]
 	bt.bufs[bt.n], bt.lent[bt.n], bt.qpn[bt.n], bt.origin[bt.n] = b, lent, qp.qpn, transport.Origin{Src: p.Peer, Dst: r.dst}
@@ -522,8 +529,9 @@ func (r *router) deliver(w *worker, bt *rxBatch) bool {
 	//     the reader goes back to draining the socket;
 	//   - everything a busy poller reads.
 	if (r.poller || bt.n <= inlineBatch || bt.lent[0]) && w.tryInline() {
-		w.handleEvent(event{kind: evPackets, batch: bt})
+		w.handleEvent(event{kind: evPackets, batch: bt, inline: true})
 		w.finishTurn(r.poller)
+		r.spare = bt // emptied: the next batch's
 		return true
 	}
 	// The worker gets copies of what the link lent: the loan ends when
@@ -777,7 +785,9 @@ func (w *worker) handleEvent(ev event) {
 		w.countRx()
 		stamp.Mark(stamp.Received)
 		ev.batch.n = 0
-		batchPool.Put(ev.batch)
+		if !ev.inline {
+			batchPool.Put(ev.batch)
+		}
 	case evKick:
 		ev.qp.kicked.Store(false)
 		w.markDirty(ev.qp)
