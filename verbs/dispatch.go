@@ -2,7 +2,6 @@ package verbs
 
 import (
 	"container/heap"
-	"github.com/goroce/goroce/internal/stamp"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/stamp"
 	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/transport"
 	"github.com/goroce/goroce/internal/wire"

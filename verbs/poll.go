@@ -1,10 +1,11 @@
 package verbs
 
 import (
-	"github.com/goroce/goroce/internal/stamp"
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/goroce/goroce/internal/stamp"
 )
 
 // Busy polling.

@@ -3,7 +3,6 @@ package verbs
 import (
 	"errors"
 	"fmt"
-	"github.com/goroce/goroce/internal/stamp"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
+	"github.com/goroce/goroce/internal/stamp"
 	"github.com/goroce/goroce/internal/transport"
 )
 

@@ -2,12 +2,13 @@ package link
 
 import (
 	"encoding/binary"
-	"github.com/goroce/goroce/internal/stamp"
 	"net/netip"
 	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/stamp"
 )
 
 // UDP segmentation offload (UDP_SEGMENT, "GSO") and receive aggregation

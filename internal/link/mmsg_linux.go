@@ -2,7 +2,6 @@ package link
 
 import (
 	"encoding/binary"
-	"github.com/goroce/goroce/internal/stamp"
 	"net/netip"
 	"os"
 	"syscall"
@@ -10,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/stamp"
 	"github.com/goroce/goroce/internal/wire"
 )
 

@@ -7,7 +7,6 @@ package perftest
 import (
 	"errors"
 	"fmt"
-	"github.com/goroce/goroce/internal/stamp"
 	"io"
 	"net"
 	"net/netip"
@@ -16,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goroce/goroce/internal/stamp"
 	"github.com/goroce/goroce/verbs"
 )
 
