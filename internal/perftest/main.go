@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -36,11 +37,38 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	p.asTool()
+	if path := os.Getenv(CPUProfileEnv); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, " %s: %v\n", t.Name(), err)
+			return 1
+		}
+		defer stop()
+	}
 	if err := Run(p, nil, stdout); err != nil {
 		fmt.Fprintf(stderr, " %s: %v\n", t.Name(), err)
 		return 1
 	}
 	return 0
+}
+
+// CPUProfileEnv names the environment variable that has a tool write a CPU
+// profile of its run to the file it names (runtime/pprof): the profiles
+// test/perf/pgo.sh merges into the build's profile (cmd/default.pgo).
+const CPUProfileEnv = "GOROCE_CPUPROFILE"
+
+// startCPUProfile starts a CPU profile into a new file at path and returns
+// what ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // asTool sets up what a tool's own process does beyond goroce bench, which

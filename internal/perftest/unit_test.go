@@ -9,9 +9,11 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 )
@@ -363,5 +365,29 @@ func TestBufferSize(t *testing.T) {
 		if err != nil || half != tc.half || total != tc.total {
 			t.Errorf("-s %d -q %d: %d, %d, %v; want %d, %d", tc.size, tc.qps, half, total, err, tc.half, tc.total)
 		}
+	}
+}
+
+// TestCPUProfile: GOROCE_CPUPROFILE's profile is a pprof file (gzipped
+// protocol buffer) once the tool's run ends; a path that cannot be created
+// is an error, not a run without it.
+func TestCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+	}
+	stop()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile of %d bytes does not start as gzip: % x", len(b), b[:min(len(b), 4)])
+	}
+	if _, err := startCPUProfile(filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.prof")); err == nil {
+		t.Fatal("a profile in a missing directory started")
 	}
 }
