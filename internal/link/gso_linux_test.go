@@ -356,7 +356,7 @@ func TestSegments(t *testing.T) {
 // would cut the super-packet's TOS (its GRO segment size comes first) and
 // lose the mark.
 func TestUDPGROCE(t *testing.T) {
-	_, b := udpPair(t, "127.0.0.1", "127.0.0.2")
+	_, b := udpPairConfig(t, "127.0.0.1", "127.0.0.2", UDPConfig{ReportCE: true})
 	if b.gro == nil {
 		t.Skip("no UDP_GRO")
 	}

@@ -17,6 +17,7 @@ type sockOpts struct {
 	group      bool      // a multicast group socket: shares its address and port
 	gso        bool      // sends UDP_SEGMENT super-packets: UDP checksums on IPv4 too
 	gro        bool      // receives with UDP_GRO
+	recvTOS    bool      // reports each datagram's TOS or traffic class (UDPConfig.ReportCE)
 	ns         *netns.NS // the network namespace to make the socket in; nil: the process's
 }
 
@@ -78,6 +79,8 @@ func (o sockOpts) apply(fd int) error {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1); err != nil {
 			return fmt.Errorf("SO_RXQ_OVFL: %w", err)
 		}
+	}
+	if o.recvTOS && !o.sendOnly {
 		// Report each datagram's TOS or traffic class, for Packet.CE.
 		lvl, opt := unix.IPPROTO_IP, unix.IP_RECVTOS
 		if o.is6 {

@@ -17,6 +17,7 @@ type UDPConfig struct {
 	Fault                   FaultConfig
 	NoGSO, SameHost         bool
 	NetNS                   *netns.NS
+	ReportCE                bool
 }
 
 // UDP is a Link over a UDP socket. It exists only on Linux, which has the

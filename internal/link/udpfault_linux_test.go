@@ -3,6 +3,7 @@ package link
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -25,7 +26,7 @@ func udpFaultPair(t testing.TB, ipA, ipB, spec string) (a, b *UDP) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = ListenUDP(UDPConfig{Addr: freePort(t, ipB)})
+	b, err = ListenUDP(UDPConfig{Addr: freePort(t, ipB), ReportCE: true}) // for TestUDPFaultCE
 	if err != nil {
 		a.Close()
 		t.Fatal(err)
@@ -161,52 +162,59 @@ func TestUDPFaultCE(t *testing.T) {
 }
 
 // TestUDPReadsCE sends from a plain socket whose TOS or traffic class is
-// ECT(0), then CE: the link must report CE on the second only.
+// ECT(0), then CE: a link with UDPConfig.ReportCE must report CE on the
+// second only, one without it on neither.
 func TestUDPReadsCE(t *testing.T) {
 	for _, fam := range udpFamilies {
-		t.Run(fam.name, func(t *testing.T) {
-			checkNoLeaks(t)
-			l, err := ListenUDP(UDPConfig{Addr: freePort(t, fam.b)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			s, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(fam.a), 0)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			is4 := fam.name == "IPv4"
-			setDF(t, s, is4)
-			from := plain(s.LocalAddr().(*net.UDPAddr).AddrPort())
-			rc, err := s.SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, tos := range []int{0x02, 0x03} {
-				var serr error
-				rc.Control(func(fd uintptr) {
-					if is4 {
-						serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, tos)
-					} else {
-						serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_TCLASS, tos)
-					}
-				})
-				if serr != nil {
-					t.Fatal(serr)
-				}
-				p := buildPacket(make([]byte, MaxPacket), 7, uint32(i), 10, 0)
-				f := sendFields(from, l.LocalAddr())
-				putICRC(p, &f)
-				if _, err := s.WriteToUDPAddrPort(p, l.LocalAddr()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got := readUntil(t, l, func(got []Packet) bool { return len(got) >= 2 })
-			if got[0].CE || !got[1].CE {
-				t.Errorf("CE = %v, %v; want false (ECT(0)), true (CE)", got[0].CE, got[1].CE)
+		for _, report := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/ReportCE=%v", fam.name, report), func(t *testing.T) {
+				readsCE(t, fam.a, fam.b, fam.name == "IPv4", report)
+			})
+		}
+	}
+}
+
+// readsCE is TestUDPReadsCE for one family and one ReportCE setting.
+func readsCE(t *testing.T, addrA, addrB string, is4, report bool) {
+	checkNoLeaks(t)
+	l, err := ListenUDP(UDPConfig{Addr: freePort(t, addrB), ReportCE: report})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(addrA), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	setDF(t, s, is4)
+	from := plain(s.LocalAddr().(*net.UDPAddr).AddrPort())
+	rc, err := s.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tos := range []int{0x02, 0x03} {
+		var serr error
+		rc.Control(func(fd uintptr) {
+			if is4 {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, tos)
+			} else {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_TCLASS, tos)
 			}
 		})
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		p := buildPacket(make([]byte, MaxPacket), 7, uint32(i), 10, 0)
+		f := sendFields(from, l.LocalAddr())
+		putICRC(p, &f)
+		if _, err := s.WriteToUDPAddrPort(p, l.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readUntil(t, l, func(got []Packet) bool { return len(got) >= 2 })
+	if got[0].CE || got[1].CE != report {
+		t.Errorf("CE = %v, %v; want false (ECT(0)), %v (CE, reported: %v)", got[0].CE, got[1].CE, report, report)
 	}
 }
 
