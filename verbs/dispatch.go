@@ -68,8 +68,6 @@ type event struct {
 	qp    *QP
 	fn    func()
 	done  chan struct{}
-
-	inline bool // a batch run by the goroutine that routed it, which keeps it
 }
 
 type dispatcher struct {
@@ -529,7 +527,7 @@ func (r *router) deliver(w *worker, bt *rxBatch) bool {
 	//     the reader goes back to draining the socket;
 	//   - everything a busy poller reads.
 	if (r.poller || bt.n <= inlineBatch || bt.lent[0]) && w.tryInline() {
-		w.handleEvent(event{kind: evPackets, batch: bt, inline: true})
+		w.handleEvent(event{kind: evPackets, batch: bt})
 		w.finishTurn(r.poller)
 		r.spare = bt // emptied: the next batch's
 		return true
@@ -739,11 +737,13 @@ func (w *worker) tryInline() bool {
 	return true
 }
 
-// handle runs one event taken from ch (or, for a batch, one an inline
-// reader hands over: handleInline).
+// handle runs one event taken from ch.
 func (w *worker) handle(ev event) {
 	defer w.pending.Add(-1)
 	w.handleEvent(ev)
+	if ev.kind == evPackets {
+		batchPool.Put(ev.batch) // emptied; a router that ran it inline keeps it instead (deliver)
+	}
 }
 
 func (w *worker) handleEvent(ev event) {
@@ -785,9 +785,6 @@ func (w *worker) handleEvent(ev event) {
 		w.countRx()
 		stamp.Mark(stamp.Received)
 		ev.batch.n = 0
-		if !ev.inline {
-			batchPool.Put(ev.batch)
-		}
 	case evKick:
 		ev.qp.kicked.Store(false)
 		w.markDirty(ev.qp)

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"container/heap"
+	"net"
 	"net/netip"
 	"runtime"
 	"sync/atomic"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/stats"
+	"github.com/goroce/goroce/internal/wire"
 )
 
 // TestBusyPoll runs a WRITE ping-pong in which each side waits by
@@ -289,6 +292,37 @@ func TestBusyPollSharesP(t *testing.T) {
 		if d := time.Since(start); d > 2*time.Millisecond {
 			t.Logf("try %d: the goroutine ran after %v", i, d)
 		}
+	}
+}
+
+// TestPolledCountersPublished: what the link counted while a goroutine
+// polled (here an ICRC error) reaches the device's published counters
+// when polling ends, though a poll copies them at most every
+// linkCountsEvery and the reader, taking the socket back, copies them only
+// after its next batch. The counters are read as another process reads
+// the file, not through Device.Counters, which copies them itself.
+func TestPolledCountersPublished(t *testing.T) {
+	_, db := newUDPDevices(t)
+	db.Progress() // the poller takes the socket
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(db.link.LocalAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bad := make([]byte, wire.BTHLen+wire.ICRCLen) // a BTH and an ICRC that does not match it
+	bad[0], bad[len(bad)-1] = byte(wire.OpSendOnly), 0x5a
+	if _, err := c.Write(bad); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); db.link.Stats().ICRCErrors == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the poller never read the damaged datagram")
+		}
+		db.Progress()
+	}
+	db.EndPoll()
+	if n := db.stats.Get(stats.ICRCErrors); n != 1 {
+		t.Errorf("published icrc_errors %d after polling ended, want 1", n)
 	}
 }
 

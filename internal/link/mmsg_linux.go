@@ -170,7 +170,7 @@ func (m *mmsg) send(fd uintptr) bool { return m.call(unix.SYS_SENDMMSG, fd) }
 // running goroutine: tens of microseconds.
 func (m *mmsg) call(trap, fd uintptr) bool {
 	for {
-		if trap == unix.SYS_SENDMMSG {
+		if stamp.Enabled && trap == unix.SYS_SENDMMSG {
 			stamp.Mark(stamp.Send)
 		}
 		n, _, e := unix.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.cnt), 0, 0, 0)
