@@ -146,6 +146,58 @@ func TestConnectedPortFallback(t *testing.T) {
 	}
 }
 
+// TestConnectedPortRelearnFails: a connected port socket whose counter the
+// link knew and lost (a send error leaves it unknown) and then cannot
+// learn again is disconnected: its packets go out unconnected with ID 0,
+// and it moves from Stats.ConnectedPorts to UnconnectedPorts, counted
+// once.
+func TestConnectedPortRelearnFails(t *testing.T) {
+	checkNoLeaks(t)
+	a, b := udpPair(t, probeA, probeB)
+	sport := SourcePort(0x44)
+	src := netip.AddrPortFrom(a.LocalAddr().Addr(), sport)
+	send := func(n int) []Packet {
+		t.Helper()
+		pkts := batch(n, b.LocalAddr())
+		for i := range pkts {
+			pkts[i].SrcPort = sport
+		}
+		if k, err := a.WriteBatch(pkts); k != len(pkts) || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", k, err)
+		}
+		return pkts
+	}
+	pkts := send(4)
+	checkReceivedIDs(t, readN(t, b, len(pkts)), pkts, wantIDs(a, pkts), src, b.LocalAddr())
+	if s := a.Stats(); s.ConnectedPorts != 1 || s.UnconnectedPorts != 0 {
+		t.Fatalf("ConnectedPorts, UnconnectedPorts = %d, %d; want 1, 0", s.ConnectedPorts, s.UnconnectedPorts)
+	}
+	a.writeMu.Lock()
+	ps := a.ports[sport]
+	probePort := a.probe.to.Port
+	ps.ids.known = false                                   // as a failed send leaves it
+	a.probe.to.Port = int(freePort(t, "127.0.0.1").Port()) // the probes now go nowhere
+	a.writeMu.Unlock()
+	for round := range 2 { // the second finds the socket unconnected for good
+		pkts = send(5)
+		checkReceivedIDs(t, readN(t, b, len(pkts)), pkts, make([]uint16, len(pkts)), src, b.LocalAddr())
+		if s := a.Stats(); s.ConnectedPorts != 0 || s.UnconnectedPorts != 1 {
+			t.Errorf("round %d: ConnectedPorts, UnconnectedPorts = %d, %d; want 0, 1", round, s.ConnectedPorts, s.UnconnectedPorts)
+		}
+	}
+	if ps.peer.IsValid() || !ps.unconnected || ps.ids.known {
+		t.Errorf("port socket: peer %v, unconnected %v, counter known %v; want none, true, false", ps.peer, ps.unconnected, ps.ids.known)
+	}
+	// On the wire: the socket's datagrams carry ID 0, as an unconnected
+	// socket's with DF do (a connected one's would carry its counter).
+	a.writeMu.Lock()
+	a.probe.to.Port = probePort
+	a.writeMu.Unlock()
+	if low := lowBytes(t, a, ps.sock.fd, src, 3, 1); low[0] != 0 || low[1] != 0 || low[2] != 0 {
+		t.Errorf("IDs' low bytes on the wire %v, want 0", low)
+	}
+}
+
 // TestConnectedPortICMP: a connected socket reports the ICMP port
 // unreachable a datagram to a closed port drew by failing the next send,
 // which never left; the link sends again, as an unconnected socket (which
