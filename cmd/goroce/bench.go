@@ -37,7 +37,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	procs := fs.Int("procs", 0, "GOMAXPROCS for the goroce bandwidth tests (0: the process's own; the bandwidth tools run on 1)")
 	poll := fs.Bool("poll", false, "the goroce bandwidth tests' waits busy-poll on both sides, as the bandwidth tools' do (a core per device)")
 	sameHost := fs.Bool("samehost", false, "run goroce over the same-host path (shared memory, as GOROCE_SAMEHOST=1 does) instead of UDP")
-	rounds := fs.Int("rounds", 1, "run the comparison this many times and print the medians (and ranges) of its figures and of each round's ratios; with -sweep, measure each point this many times and print the medians")
+	rounds := fs.Int("rounds", 1, "run the comparison this many times and print the medians (and ranges) of its figures and of each round's ratios; with -sweep, measure each point this many times, each round over all of a section's points, and print the medians")
 	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
 	plot := fs.String("plot", "", "with -sweep or -replot: write an SVG plot of the sweep to this file")
 	replot := fs.String("replot", "", "plot the tables a sweep printed, saved in this file (with -plot), without measuring")

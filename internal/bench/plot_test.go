@@ -3,8 +3,10 @@ package bench
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const sweepTables = ` Bandwidth against message size (1 QP), goroce ib_write_bw vs one TCP stream, same run
@@ -128,25 +130,55 @@ func FuzzParseSweep(f *testing.F) {
 	})
 }
 
-// TestSweepPoint: a point measured in rounds is the median of goroce's
-// figures, of TCP's and of the rounds' ratios, which need not be the
-// ratio of the medians; an error ends it.
-func TestSweepPoint(t *testing.T) {
-	cfg := SweepConfig{Rounds: 3}
-	figures := [][2]float64{{300, 100}, {100, 100}, {200, 50}} // ratios 3, 1, 4
-	i := 0
-	g, tcp, r, err := cfg.point(func() (float64, float64, error) {
-		f := figures[i]
-		i++
-		return f[0], f[1], nil
-	})
-	if err != nil || i != 3 || g != 200 || tcp != 100 || r != 3 {
-		t.Errorf("point: %v %v %v %v after %d rounds; want 200 100 3 <nil> after 3", g, tcp, r, err, i)
+// TestSweepSection: a section measures its points in rounds, each round
+// over all of them, every other round backwards; a point's row has the
+// medians of goroce's figures, of TCP's and of the rounds' ratios (which
+// need not be the ratio of the medians), and the cache line's round trip
+// is printed as it was before the first round and after each. An error
+// ends the section.
+func TestSweepSection(t *testing.T) {
+	probe := time.Duration(100)
+	cfg := SweepConfig{Rounds: 3, LineProbe: func() time.Duration { probe += 10; return probe }}
+	figures := map[int][][2]float64{ // per point, its rounds' figures
+		2: {{300, 100}, {100, 100}, {200, 50}}, // ratios 3, 1, 4
+		4: {{10, 1}, {20, 1}, {30, 1}},
 	}
-	i = 0
+	var order []int
+	point := func(x int) sweepPoint {
+		return sweepPoint{x, 7, func() (float64, float64, error) {
+			f := figures[x][len(order)/2]
+			order = append(order, x)
+			return f[0], f[1], nil
+		}}
+	}
+	var out strings.Builder
+	var series []Point
+	if err := cfg.section(&out, "the test points", &series, []sweepPoint{point(2), point(4)}, "Bandwidth against message size (test)", "#x", "#it", "g", "t"); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{2, 4, 4, 2, 2, 4}; !slices.Equal(order, want) {
+		t.Errorf("points measured in the order %v, want %v", order, want)
+	}
+	if want := []Point{{2, 200, 100}, {4, 20, 1}}; !slices.Equal(series, want) {
+		t.Errorf("series %v, want %v", series, want)
+	}
+	want := " " + lineHeader + "110 ns before the test points, 120, 130, 140 ns after each round\n" +
+		" Bandwidth against message size (test)\n" +
+		" #x         #it                       g                t      ratio\n" +
+		" 2          7                    200.00           100.00      3.00x\n" +
+		" 4          7                     20.00             1.00     20.00x\n"
+	if out.String() != want {
+		t.Errorf("section printed\n%s\nwant\n%s", out.String(), want)
+	}
+	if r, err := ParseSweep(strings.NewReader(out.String())); err != nil || len(r.BWBySize) != 2 {
+		t.Errorf("ParseSweep of the section: %v, %v", r, err)
+	}
+
 	boom := errors.New("boom")
-	_, _, _, err = cfg.point(func() (float64, float64, error) { i++; return 0, 0, boom })
-	if !errors.Is(err, boom) || i != 1 {
-		t.Errorf("point with a failing round: %v after %d rounds; want boom after 1", err, i)
+	calls := 0
+	failing := sweepPoint{8, 1, func() (float64, float64, error) { calls++; return 0, 0, boom }}
+	out.Reset()
+	if err := cfg.section(&out, "the test points", &series, []sweepPoint{failing, point(2)}, "A header", "#x", "#it", "g", "t"); !errors.Is(err, boom) || calls != 1 || out.Len() != 0 {
+		t.Errorf("section with a failing point: %v after %d calls, printed %q; want boom after 1, nothing", err, calls, out.String())
 	}
 }

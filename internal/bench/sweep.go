@@ -121,7 +121,7 @@ func iters(total int64, size, qps int) int {
 
 // Sweep measures bandwidth and latency against message size, and
 // bandwidth against QP count, each point goroce then TCP in the same run,
-// and prints a table as it goes.
+// and prints each section's table when its points are measured.
 func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	cfg.defaults()
 	e, err := openEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
@@ -134,17 +134,11 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	res := &SweepResult{SameHost: cfg.SameHost, Network: cfg.Network, Rounds: cfg.Rounds}
 	fmt.Fprintf(out, " %s%s\n", networkHeader, cfg.Network)
 	if cfg.Rounds > 1 {
-		fmt.Fprintf(out, " %s%d per point, goroce then TCP each time; medians, the ratio the median of the rounds' ratios\n", roundsHeader, cfg.Rounds)
+		fmt.Fprintf(out, " %s%d per point, goroce then TCP each time, each round over all of a section's points; medians, the ratio the median of the rounds' ratios\n", roundsHeader, cfg.Rounds)
 	}
 	if cfg.SameHost {
 		fmt.Fprintf(out, " %s\n\n", sameHostHeader)
 	}
-	line := func(when string) {
-		if rt := cfg.LineProbe(); rt > 0 {
-			fmt.Fprintf(out, " %s%d ns %s\n", lineHeader, rt.Nanoseconds(), when)
-		}
-	}
-	line("before the bandwidth points")
 
 	// bwBoth measures goroce's bandwidth with n size-byte messages on qps
 	// QPs, then TCP's over as many connections.
@@ -160,26 +154,23 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 		}
 	}
 
-	fmt.Fprintf(out, " Bandwidth against message size (1 QP), goroce %s vs one TCP stream, same run\n", bw.Name())
-	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
+	var sizes []sweepPoint
 	for size := cfg.MinSize; size <= cfg.MaxSize; size *= 2 {
 		n := iters(cfg.Bytes, size, 1)
-		g, t, r, err := cfg.point(bwBoth(size, n, 1))
-		if err != nil {
-			return nil, err
-		}
-		res.BWBySize = append(res.BWBySize, Point{size, g, t})
-		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, n, g, t, r)
+		sizes = append(sizes, sweepPoint{size, n, bwBoth(size, n, 1)})
+	}
+	err = cfg.section(out, "the bandwidth points", &res.BWBySize, sizes,
+		fmt.Sprintf("Bandwidth against message size (1 QP), goroce %s vs one TCP stream, same run", bw.Name()),
+		"#bytes", "#iters", "goroce[MiB/s]", "TCP[MiB/s]")
+	if err != nil {
+		return nil, err
 	}
 
 	lat := perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}
-	fmt.Fprintln(out)
-	line("before the latency points")
-	fmt.Fprintf(out, " Latency against message size, goroce %s vs TCP ping-pong (t_typical, one way), same run\n", lat.Name())
-	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#bytes", "#iters", "goroce[usec]", "TCP[usec]", "ratio")
+	var lats []sweepPoint
 	for size := cfg.MinSize; size <= cfg.MaxLatSize; size *= 2 {
 		args := []string{"-n", strconv.Itoa(cfg.LatIters), "-s", strconv.Itoa(size)}
-		g, t, r, err := cfg.point(func() (g, t float64, err error) {
+		lats = append(lats, sweepPoint{size, cfg.LatIters, func() (g, t float64, err error) {
 			o, err := pair(lat, args, false, e, io.Discard)
 			if err != nil {
 				return 0, 0, err
@@ -189,47 +180,89 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 			}
 			t, err = tcpLatencySize(tcfg, size)
 			return g, t, err
-		})
-		if err != nil {
-			return nil, err
-		}
-		res.LatBySize = append(res.LatBySize, Point{size, g, t})
-		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", size, cfg.LatIters, g, t, r)
+		}})
+	}
+	fmt.Fprintln(out)
+	err = cfg.section(out, "the latency points", &res.LatBySize, lats,
+		fmt.Sprintf("Latency against message size, goroce %s vs TCP ping-pong (t_typical, one way), same run", lat.Name()),
+		"#bytes", "#iters", "goroce[usec]", "TCP[usec]")
+	if err != nil {
+		return nil, err
 	}
 
-	fmt.Fprintln(out)
-	line("before the QP points")
-	fmt.Fprintf(out, " Aggregate bandwidth against QP count (%d-byte messages), goroce vs as many TCP streams, same run\n", cfg.QPSize)
-	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", "#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]", "ratio")
+	var qps []sweepPoint
 	for _, q := range cfg.QPs {
 		n := iters(cfg.Bytes, cfg.QPSize, q)
-		g, t, r, err := cfg.point(bwBoth(cfg.QPSize, n, q))
-		if err != nil {
-			return nil, err
-		}
-		res.BWByQPs = append(res.BWByQPs, Point{q, g, t})
-		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", q, n, g, t, r)
+		qps = append(qps, sweepPoint{q, n, bwBoth(cfg.QPSize, n, q)})
 	}
-	line("after the QP points")
+	fmt.Fprintln(out)
+	err = cfg.section(out, "the QP points", &res.BWByQPs, qps,
+		fmt.Sprintf("Aggregate bandwidth against QP count (%d-byte messages), goroce vs as many TCP streams, same run", cfg.QPSize),
+		"#QPs", "#iters/QP", "goroce[MiB/s]", "TCP[MiB/s]")
+	if err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
-// point measures one point of the sweep cfg.Rounds times with measure
-// (goroce's figure, then TCP's) and returns the medians of both and of
-// the rounds' ratios.
-func (cfg *SweepConfig) point(measure func() (g, t float64, err error)) (g, t, ratio float64, err error) {
-	gs, ts, rs := make([]float64, 0, cfg.Rounds), make([]float64, 0, cfg.Rounds), make([]float64, 0, cfg.Rounds)
-	for range cfg.Rounds {
-		g, t, err := measure()
-		if err != nil {
-			return 0, 0, 0, err
+// sweepPoint is one point of a section: its size or QP count, its
+// iterations, and the measurement of a round (goroce's figure, then
+// TCP's).
+type sweepPoint struct {
+	x, iters int
+	measure  func() (g, t float64, err error)
+}
+
+// section measures points in cfg.Rounds rounds, each round over all of
+// them, and prints its table: a header line, the columns (x, iters,
+// goroce, TCP, ratio), and a row per point with the medians of goroce's
+// figures, of TCP's and of the rounds' ratios, which it also appends to
+// series. Every other round goes over the points backwards. A host whose
+// speed changes for a stretch of seconds, as a shared virtual machine's
+// does (the host moving its two vCPUs apart, docs/perf/HISTORY.md,
+// twenty-fourth round), then slows one round of every point rather than
+// every round of the points it happened to fall on; a point's median
+// moves only when the stretch covers most of the section. The cache
+// line's round trip between the two CPUs (LineProbe) is printed as it
+// was before the first round and after each, named by what, for the
+// reader to see whether a section ran while the host had the vCPUs apart.
+func (cfg *SweepConfig) section(out io.Writer, what string, series *[]Point, points []sweepPoint, header, xName, itersName, gName, tName string) error {
+	probes := []time.Duration{cfg.LineProbe()}
+	figures := make([][3][]float64, len(points)) // per point: goroce's, TCP's, the ratios
+	for r := range cfg.Rounds {
+		for k := range points {
+			i := k
+			if r%2 == 1 {
+				i = len(points) - 1 - k
+			}
+			g, t, err := points[i].measure()
+			if err != nil {
+				return err
+			}
+			f := &figures[i]
+			f[0], f[1], f[2] = append(f[0], g), append(f[1], t), append(f[2], g/t)
 		}
-		gs, ts, rs = append(gs, g), append(ts, t), append(rs, g/t)
+		probes = append(probes, cfg.LineProbe())
 	}
-	for _, v := range [][]float64{gs, ts, rs} {
-		slices.Sort(v)
+	if probes[0] > 0 {
+		ns := make([]string, len(probes)-1)
+		for i, p := range probes[1:] {
+			ns[i] = strconv.FormatInt(p.Nanoseconds(), 10)
+		}
+		fmt.Fprintf(out, " %s%d ns before %s, %s ns after each round\n", lineHeader, probes[0].Nanoseconds(), what, strings.Join(ns, ", "))
 	}
-	return median(gs), median(ts), median(rs), nil
+	fmt.Fprintf(out, " %s\n", header)
+	fmt.Fprintf(out, " %-10s %-10s %16s %16s %10s\n", xName, itersName, gName, tName, "ratio")
+	for i, p := range points {
+		var m [3]float64
+		for j, v := range figures[i] {
+			slices.Sort(v)
+			m[j] = median(v)
+		}
+		*series = append(*series, Point{p.x, m[0], m[1]})
+		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", p.x, p.iters, m[0], m[1], m[2])
+	}
+	return nil
 }
 
 // bwPoint runs one perftest bandwidth test and returns its average.
