@@ -234,7 +234,7 @@ type Device struct {
 	pds    uint32
 	nObjs  map[string]int
 
-	qpTable sync.Map // QPN → *QP, read by the dispatcher without the lock
+	qpTable qpTable // QPN → *QP, read by the dispatcher without the lock; written under mu
 
 	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
 	mcast  atomic.Pointer[map[netip.Addr][]*QP] // attached QPs per group, for the group readers

@@ -44,8 +44,8 @@ func fullBuf() []byte { return bufPool.Get().(*pktBuf)[:] }
 // rxBatch carries received packets from the reader to one worker.
 type rxBatch struct {
 	bufs   [link.MaxBatch][]byte
-	lent   [link.MaxBatch]bool   // bufs[i] is the link's memory (link.Lender), not a pool buffer
-	qpn    [link.MaxBatch]uint32 // the QP each packet is for (multicast: one copy per QP)
+	lent   [link.MaxBatch]bool // bufs[i] is the link's memory (link.Lender), not a pool buffer
+	qp     [link.MaxBatch]*QP  // the QP each packet is for (multicast: one copy per QP)
 	origin [link.MaxBatch]transport.Origin
 	seed   [link.MaxBatch]uint32 // with pending: the ICRC's seed (link.Packet.ICRCSeed)
 	pend   [link.MaxBatch]bool   // bufs[i]'s ICRC is still to be checked (link.ICRCDeferrer)
@@ -273,8 +273,7 @@ func (r *router) route(n int) bool {
 			}
 			continue // the buffer is reused
 		}
-		v, _ := p.dev.qpTable.Load(qpn)
-		qp, _ := v.(*QP)
+		qp := p.dev.qpTable.load(qpn)
 		if qp == nil || r.group.IsValid() {
 			if r.intact(&r.pkts[i]) {
 				p.dev.stats.Inc(stats.Malformed) // no such QP: dropped (the buffer is reused)
@@ -324,7 +323,7 @@ func (r *router) queue(qp *QP, p *link.Packet, b []byte, lent bool) bool {
 		}
 	}
 	bt := r.batches[wi]
-	bt.bufs[bt.n], bt.lent[bt.n], bt.qpn[bt.n], bt.origin[bt.n] = b, lent, qp.qpn, transport.Origin{Src: p.Peer, Dst: r.dst}
+	bt.bufs[bt.n], bt.lent[bt.n], bt.qp[bt.n], bt.origin[bt.n] = b, lent, qp, transport.Origin{Src: p.Peer, Dst: r.dst}
 	bt.pend[bt.n], bt.seed[bt.n] = lent && p.ICRCPending, p.ICRCSeed
 	bt.n++
 	if bt.n == len(bt.bufs) {
@@ -755,7 +754,11 @@ func (w *worker) handleEvent(ev event) {
 		for i := range ev.batch.n {
 			b := ev.batch.bufs[i]
 			ev.batch.bufs[i] = nil
-			qp := w.qps[ev.batch.qpn[i]]
+			qp := ev.batch.qp[i]
+			ev.batch.qp[i] = nil
+			if qp != nil && !qp.live {
+				qp = nil // destroyed since the router found it
+			}
 			err := w.pkt.Parse(b)
 			if ev.batch.pend[i] {
 				w.pkt.DeferICRC(ev.batch.seed[i])
@@ -1140,6 +1143,7 @@ func (w *worker) callQP(qp *QP, fn func()) {
 // forget drops a destroyed QP from the worker.
 func (w *worker) forget(qp *QP) {
 	delete(w.qps, qp.qpn)
+	qp.live = false
 	if qp.tIndex > 0 {
 		heap.Remove(&w.timers, qp.tIndex-1)
 	}

@@ -81,6 +81,7 @@ type QP struct {
 	kicked atomic.Bool
 	posts  atomic.Uint32 // how posts arrive (postIdle, postBurst): PostSend
 	dirty  bool          // queued for Progress on its worker; owned by the worker
+	live   bool          // in its worker's table (the worker takes packets for it); owned by the worker
 	tAt    time.Time     // the deadline filed in the worker's timer heap; owned by the worker
 	tIndex int           // index + 1 in the timer heap, 0 when not in it; owned by the worker
 
@@ -162,8 +163,12 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	qp.w = w
 	d.qps[qp.qpn] = qp
 	d.mu.Unlock()
-	qp.w.call(func() { qp.w.qps[qp.qpn] = qp })
-	d.qpTable.Store(qp.qpn, qp)
+	qp.w.call(func() { qp.w.qps[qp.qpn], qp.live = qp, true })
+	d.mu.Lock()
+	if d.qps[qp.qpn] == qp { // not destroyed meanwhile
+		d.qpTable.store(qp)
+	}
+	d.mu.Unlock()
 	return qp, nil
 }
 
@@ -447,7 +452,7 @@ func (qp *QP) Destroy() error {
 	d := qp.dev
 	d.mu.Lock()
 	delete(d.qps, qp.qpn)
-	d.qpTable.Delete(qp.qpn)
+	d.qpTable.delete(qp.qpn)
 	empty := d.detachAllLocked(qp)
 	d.mu.Unlock()
 	closeGroups(empty)
