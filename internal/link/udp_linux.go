@@ -181,7 +181,10 @@ type UDP struct {
 
 	portsMu sync.Mutex
 	ports   map[uint16]*portSocket // guarded by portsMu; nil value: could not bind
-	closed  bool                   // guarded by portsMu
+	// lastPort is the port socket the last write used (writePort);
+	// guarded by writeMu.
+	lastPort lastPort
+	closed   bool // guarded by portsMu
 
 	stats counters
 }
@@ -758,7 +761,7 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 	for sent < len(pkts) && err == nil {
 		// One group: consecutive packets with the same SrcPort, at most
 		// MaxBatch, up to the first packet that cannot be sent.
-		ps, src, fallback, perr := u.portSocket(pkts[sent].SrcPort)
+		ps, src, fallback, perr := u.writePort(pkts[sent].SrcPort)
 		if perr != nil {
 			err = perr
 			break
@@ -969,6 +972,29 @@ func (u *UDP) portConn(sport uint16) (rc *sockFD, src netip.AddrPort, fallback b
 		return u.sock, src, fallback, err
 	}
 	return ps.sock, src, false, nil
+}
+
+// writePort is portSocket for writeSocket, u.writeMu held: the port socket
+// the last write used is kept (lastPort), as the packets of a connection
+// come from one port, and found again without portsMu and a map lookup. A
+// port socket, once open, stays until the link closes, and a write on it
+// after Close fails with net.ErrClosed all the same (sockFD.Write).
+func (u *UDP) writePort(sport uint16) (ps *portSocket, src netip.AddrPort, fallback bool, err error) {
+	if c := &u.lastPort; c.ps != nil && c.sport == sport {
+		return c.ps, c.src, false, nil
+	}
+	ps, src, fallback, err = u.portSocket(sport)
+	if ps != nil && !fallback && err == nil {
+		u.lastPort = lastPort{sport, ps, src}
+	}
+	return ps, src, fallback, err
+}
+
+// lastPort is the port socket writePort found last.
+type lastPort struct {
+	sport uint16
+	ps    *portSocket // nil: none yet
+	src   netip.AddrPort
 }
 
 // portSocket returns the port socket for a packet's SrcPort (nil: the

@@ -161,6 +161,16 @@ func TestUDPSourcePorts(t *testing.T) {
 			if n, err := b.WriteBatch(back); n != 1 || err != nil {
 				t.Fatalf("WriteBatch to a per-port socket = %d, %v", n, err)
 			}
+			// A write from the port the last write used (which the link
+			// keeps at hand) fails once the link is closed.
+			a.Close()
+			late := batch(1, b.LocalAddr())
+			late[0].SrcPort = SourcePort(0x11)
+			n, err := a.WriteBatch(late)
+			if n != 0 {
+				t.Errorf("WriteBatch after Close sent %d packets", n)
+			}
+			wantClosed(t, "WriteBatch after Close", err)
 		})
 	}
 }
