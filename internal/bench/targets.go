@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -202,7 +203,10 @@ func (t target) verdict(v float64) string {
 
 // PrintTargets prints the summary of rounds: each target's figures, the
 // medians (and ranges) of goroce's, TCP's and their ratio, and how far
-// the median is from the target.
+// the median is from the target. When some rounds ran with the host's two
+// vCPUs far apart (farRounds) and at least two with them close, the same
+// table follows for the close rounds alone: the figures a host that keeps
+// its vCPUs together gives, beside those of the whole run.
 func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 	if len(rounds) == 0 {
 		return
@@ -213,6 +217,27 @@ func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 	} else {
 		fmt.Fprintf(out, "\n %d rounds: medians (min–max); each ratio is taken within its round\n", len(rounds))
 	}
+	printTable(out, cfg, rounds)
+	fmt.Fprint(out, " (each QP row's ratio is against a run of one QP right before or after it; the other targets, zero allocations per packet, an idle QP's memory and 100,000 QPs, are tests: docs/PERFORMANCE.md)\n")
+	printLines(out, rounds)
+	far := farRounds(rounds)
+	if len(far) == 0 || len(rounds)-len(far) < 2 {
+		return
+	}
+	var near []*TargetRound
+	var which []string
+	for i, r := range rounds {
+		if !slices.Contains(far, i) {
+			near = append(near, r)
+			which = append(which, strconv.Itoa(i+1))
+		}
+	}
+	fmt.Fprintf(out, "\n the %d rounds with the two vCPUs close (%s): medians (min–max)\n", len(near), strings.Join(which, ", "))
+	printTable(out, cfg, near)
+}
+
+// printTable prints the summary table of rounds.
+func printTable(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 	const row = " %-38s %-12s %-24s %-24s %-20s %s\n"
 	fmt.Fprintf(out, row, "target", "goal", "goroce", "TCP", "ratio", "verdict")
 	type fig = func(*TargetRound) float64
@@ -259,15 +284,32 @@ func PrintTargets(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 		g := func(r *TargetRound) float64 { return r.QPBW[i] }
 		line(fmt.Sprintf("ib_write_bw %d B, %d QPs [MiB/s]", cfg.Size, q), targetQPs, "%.0f", g, nil, func(r *TargetRound) float64 { return g(r) / r.QPRef[i] })
 	}
-	fmt.Fprint(out, " (each QP row's ratio is against a run of one QP right before or after it; the other targets, zero allocations per packet, an idle QP's memory and 100,000 QPs, are tests: docs/PERFORMANCE.md)\n")
-	printLines(out, rounds)
+}
+
+// farRounds returns the indexes of the rounds whose cache-line round trip
+// (TargetRound.LineRT) took farLine times the run's quickest or farLineNs
+// or more, before or after: the host had put the vCPUs far apart for some
+// of the round, which slows every transfer between the two processes.
+func farRounds(rounds []*TargetRound) []int {
+	lo := math.Inf(1)
+	for _, r := range rounds {
+		for _, v := range r.LineRT {
+			if v > 0 {
+				lo = min(lo, v)
+			}
+		}
+	}
+	var far []int
+	for i, r := range rounds {
+		if m := r.lineMax(); m > 0 && (m >= farLine*lo || m >= farLineNs) {
+			far = append(far, i)
+		}
+	}
+	return far
 }
 
 // printLines notes the cache line's round trips between the two CPUs
-// (TargetRound.LineRT) and names the rounds that had one of farLine times
-// the quickest or farLineNs or more: the host had put the vCPUs far apart
-// for some of that round, which slows every transfer between the two
-// processes.
+// (TargetRound.LineRT) and names the rounds farRounds finds.
 func printLines(out io.Writer, rounds []*TargetRound) {
 	lo, hi := math.Inf(1), 0.0
 	for _, r := range rounds {
@@ -281,10 +323,8 @@ func printLines(out io.Writer, rounds []*TargetRound) {
 		return
 	}
 	var far []string
-	for i, r := range rounds {
-		if m := r.lineMax(); m >= farLine*lo || m >= farLineNs {
-			far = append(far, strconv.Itoa(i+1))
-		}
+	for _, i := range farRounds(rounds) {
+		far = append(far, strconv.Itoa(i+1))
 	}
 	fmt.Fprintf(out, " (a cache line went between the two CPUs and back in %.0f–%.0f ns around the rounds", lo, hi)
 	if len(far) > 0 {

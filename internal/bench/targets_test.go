@@ -104,6 +104,35 @@ func TestPrintTargets(t *testing.T) {
 			t.Errorf("round trips %v: no %q in\n%s", tc.rts, tc.want, out)
 		}
 	}
+	// With some rounds far apart and two or more close, the table again
+	// for the close ones alone; with fewer than two close, or none far,
+	// only the whole run's.
+	for _, tc := range []struct {
+		rts  [][2]float64
+		want string // "": no second table
+	}{
+		{[][2]float64{{110, 540}, {115, 108}, {118, 119}}, "the 2 rounds with the two vCPUs close (2, 3): medians (min–max)"},
+		{[][2]float64{{108, 120}, {530, 550}, {0, 216}}, ""},
+		{[][2]float64{{110, 120}, {115, 108}, {118, 119}}, ""},
+	} {
+		for i, r := range rounds {
+			r.LineRT = tc.rts[i]
+		}
+		b.Reset()
+		PrintTargets(&b, cfg, rounds)
+		out := b.String()
+		if n := strings.Count(out, " target "); tc.want == "" && n != 1 || tc.want != "" && n != 2 {
+			t.Errorf("round trips %v: %d tables, want %d:\n%s", tc.rts, n, map[bool]int{true: 1, false: 2}[tc.want == ""], out)
+		}
+		if tc.want == "" {
+			continue
+		}
+		_, second, _ := strings.Cut(out, tc.want)
+		// Rounds 2 and 3: latency 9 and 6 µs against TCP's 40 and 16.
+		if !strings.Contains(second, "ib_write_lat 2 B t_typical [usec]      ≤ 0.5x TCP   7.50 (6.00–9.00)         28.00 (16.00–40.00)      0.30x (0.23x–0.38x)  met") {
+			t.Errorf("round trips %v: the close rounds' table is not theirs:\n%s", tc.rts, out)
+		}
+	}
 }
 
 func TestEndFigure(t *testing.T) {
