@@ -178,6 +178,7 @@ type router struct {
 	dst     netip.Addr // the packets' destination address
 	used    int        // pkts[:used] may need a buffer or their full length back
 	spare   *rxBatch   // a batch run inline, kept for the next (no trip to batchPool)
+	polled  int64      // a poller's router: the nanotime of the poll being routed
 
 	// A busy poller's router runs every batch on its own goroutine when
 	// the worker is idle, and leaves the ACKs that come of it queued for
@@ -379,6 +380,7 @@ func (p *dispatcher) progress(now int64) int {
 		p.dev.updateLinkCounters()
 		p.countedAt = now
 	}
+	r.polled = now
 	r.routeAndReturn(n)
 	if p.lastPoll.Load() == 0 {
 		// The reader took the socket back while this turn ran (the
@@ -527,7 +529,11 @@ func (r *router) deliver(w *worker, bt *rxBatch) bool {
 	//   - everything a busy poller reads.
 	if (r.poller || bt.n <= inlineBatch || bt.lent[0]) && w.tryInline() {
 		w.handleEvent(event{kind: evPackets, batch: bt})
-		w.finishTurn(r.poller)
+		if r.poller {
+			w.finishTurn(r.polled)
+		} else {
+			w.finish()
+		}
 		r.spare = bt // emptied: the next batch's
 		return true
 	}
@@ -608,7 +614,7 @@ func (w *worker) run() {
 				qp := heap.Pop(&w.timers).(*QP)
 				qp.tAt = time.Time{}
 				if d := qp.t.Deadline(); !d.IsZero() && !now.Before(d) {
-					qp.t.Timeout(now)
+					qp.t.Timeout(w)
 				}
 				w.markDirty(qp) // Progress, then track files its next deadline
 			}
@@ -625,7 +631,7 @@ func (w *worker) run() {
 
 // finish ends a turn on the worker: Progress for the dirty QPs, write what
 // they queued, set the timer, and release the worker.
-func (w *worker) finish() { w.finishTurn(false) }
+func (w *worker) finish() { w.finishTurn(0) }
 
 // ackHold is how long a busy poller's turn may hold back the ACKs it
 // queued (finishTurn): far below any retry timeout, and longer than an
@@ -636,9 +642,14 @@ const ackHold = 20 * time.Microsecond
 // poller's turn on it to hold back ACKs (finishTurn).
 const answerWindow = time.Millisecond
 
-// finishTurn is finish; with holdAcks, when all that is queued are plain
-// ACKs and the worker wrote a request of its own within answerWindow, they
-// stay queued for up to ackHold. A busy poller's turn ends that way: the
+// finishTurn is finish; in a busy poller's turn, polled the nanotime of
+// the poll that read the packets (0 in any other turn), when all that is
+// queued are plain ACKs and the worker wrote a request of its own within
+// answerWindow, they stay queued for up to ackHold. The poll's time
+// decides, not a clock read of the turn's own: it is a poll's cycle old
+// at most, where ackHold and answerWindow are tens of microseconds and
+// more, and a read would cost the message on its way to the application
+// 20-30 ns (internal/stamp). A busy poller's turn ends that way: the
 // application that polled is about to post its answer, and its turn
 // writes the ACK and the answer in one system call, which takes one
 // system call off the critical path of every ping-pong message. A worker
@@ -653,16 +664,16 @@ const answerWindow = time.Millisecond
 // finds nothing after ackHold (dispatcher.flushHeld), the end of polling.
 // No timer does it: arming one per message would wake the Go netpoller's
 // thread each time, which costs more than the system call saved.
-func (w *worker) finishTurn(holdAcks bool) {
+func (w *worker) finishTurn(polled int64) {
 	w.progress()
 	if stamp.Reached(stamp.Post) {
 		stamp.Mark(stamp.Built)
 	} else {
 		stamp.Mark(stamp.Progress)
 	}
-	if at := w.heldAt.Load(); holdAcks && w.onlyAcks() && w.answers() && (at == 0 || w.clock() < at) {
+	if at := w.heldAt.Load(); polled != 0 && w.onlyAcks() && w.answers(polled) && (at == 0 || polled < at) {
 		if at == 0 {
-			w.heldAt.Store(w.clock() + int64(ackHold))
+			w.heldAt.Store(polled + int64(ackHold))
 		}
 		w.held = len(w.tx)
 	} else {
@@ -674,8 +685,11 @@ func (w *worker) finishTurn(holdAcks bool) {
 	stamp.Mark(stamp.TurnEnd)
 }
 
-// answers reports whether the worker wrote a request within answerWindow.
-func (w *worker) answers() bool { return w.lastReq != 0 && w.clock()-w.lastReq < int64(answerWindow) }
+// answers reports whether the worker wrote a request within answerWindow
+// of now (nanotime).
+func (w *worker) answers(now int64) bool {
+	return w.lastReq != 0 && now-w.lastReq < int64(answerWindow)
+}
 
 // clock returns the time of the worker's current step, in nanotime: read
 // once, then the same until the step ends. A step ends where the worker
@@ -683,10 +697,13 @@ func (w *worker) answers() bool { return w.lastReq != 0 && w.clock()-w.lastReq <
 // after it with an older time would expire early), where it takes the
 // next event or runs its dirty QPs (progress), and at the end of a turn.
 // A ping-pong message read the clock seven to nine times on its two sides
-// before, each read a vDSO call of 30-70 ns on this project's virtual
+// before, each read a vDSO call of 20-70 ns on this project's virtual
 // machines (time.Now makes two, the wall clock and the monotonic one);
-// now it reads it three times. No step runs long without writing: a QP's
-// Progress writes every link.MaxBatch packets at the most (Emit).
+// now a step reads it only when something asks: the transport when it
+// arms or checks a timer (Now), a poller's turn to decide whether to
+// hold its ACKs (finishTurn), a write of a request (flush). No step runs
+// long without writing: a QP's Progress writes every link.MaxBatch
+// packets at the most (Emit).
 func (w *worker) clock() int64 {
 	if w.now == 0 {
 		w.now = nanotime()
@@ -696,6 +713,12 @@ func (w *worker) clock() int64 {
 
 // clockTime is clock as a time.Time, for the transport.
 func (w *worker) clockTime() time.Time { return timeAt(w.clock()) }
+
+// Now implements transport.Clock: the transport reads the step's time
+// (clockTime) only to arm or check a timer, and a step whose packets arm
+// none, as a ping-pong's WRITE and ACK do not, neither reads the clock
+// nor converts its reading for it.
+func (w *worker) Now() time.Time { return w.clockTime() }
 
 // onlyAcks reports whether tx holds packets and all of them are ACKs
 // without payload.
@@ -750,7 +773,6 @@ func (w *worker) handleEvent(ev event) {
 	switch ev.kind {
 	case evPackets:
 		stamp.Mark(stamp.Handle)
-		now := w.clockTime()
 		for i := range ev.batch.n {
 			b := ev.batch.bufs[i]
 			ev.batch.bufs[i] = nil
@@ -766,7 +788,7 @@ func (w *worker) handleEvent(ev event) {
 			}
 			if err == nil && qp != nil {
 				w.rxCur = len(b) // counted by a completion it brings (countRx)
-				qp.t.ReceiveFrom(&w.pkt, ev.batch.origin[i], now)
+				qp.t.ReceiveFrom(&w.pkt, ev.batch.origin[i], w)
 				w.markDirty(qp)
 			}
 			// A pending ICRC the transport did not need (the packet was
@@ -862,7 +884,7 @@ func (w *worker) progress() {
 		w.dirty = w.spare[:0]
 		for i, qp := range list {
 			qp.dirty = false
-			qp.t.Progress(w.clockTime()) // a flush since the last read reads it again
+			qp.t.Progress(w) // a flush since the last read reads it again
 			w.track(qp)
 			if qp.t.Busy() {
 				w.flush()

@@ -66,7 +66,7 @@ func TestBudgetOneQP(t *testing.T) {
 	h.a.qp.cfg.Window, h.a.qp.cfg.Budget = 512, b
 	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 1000*256)},
 		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
-	h.a.qp.Progress(h.now)
+	h.a.qp.Progress(h)
 	first := h.a.env.take()
 	if len(first) != 128 {
 		t.Fatalf("%d packets sent without an ACK, want 128", len(first))
@@ -111,8 +111,8 @@ func TestBudgetShared(t *testing.T) {
 		}
 		moved := false
 		for _, h := range hs {
-			h.a.qp.Progress(h.now)
-			h.b.qp.Progress(h.now)
+			h.a.qp.Progress(h)
+			h.b.qp.Progress(h)
 			if in := hs[0].a.qp.req.inFlight(hs[0].a.qp) + hs[1].a.qp.req.inFlight(hs[1].a.qp); in > 128 {
 				t.Fatalf("round %d: %d PSNs in flight, budget 128", round, in)
 			}
@@ -227,18 +227,18 @@ func TestBudgetGrantsAhead(t *testing.T) {
 				RemoteAddr: h.b.mr.Addr() + uint64(i*4096), RKey: h.b.mr.RKey()})
 		}
 	}
-	ha.a.qp.Progress(ha.now)
+	ha.a.qp.Progress(ha)
 	sent := ha.a.env.take()
 	if len(sent) != minGrant || b.Available() != 0 {
 		t.Fatalf("the first QP sent %d packets, the budget has %d left; want %d and 0", len(sent), b.Available(), minGrant)
 	}
-	hb.a.qp.Progress(hb.now)
+	hb.a.qp.Progress(hb)
 	if n := len(hb.a.env.take()); n != 0 || !hb.a.qp.budget.waiting || hb.a.qp.budget.want != minGrant {
 		t.Fatalf("the second QP sent %d packets, waits %v for %d PSNs; want 0, true, %d", n, hb.a.qp.budget.waiting, hb.a.qp.budget.want, minGrant)
 	}
 	for m := range msgs { // the first QP's messages are acknowledged one by one
 		ha.move(sent[16*m:16*m+16], ha.b, true)
-		ha.b.qp.Progress(ha.now)
+		ha.b.qp.Progress(ha)
 		ha.move(ha.b.env.take(), ha.a, false)
 		if m < msgs-1 && (len(woken) != 0 || b.Available() != 16*(m+1)) {
 			t.Fatalf("after %d ACKs: budget %d, woken %d; want %d and none", m+1, b.Available(), len(woken), 16*(m+1))
@@ -247,7 +247,7 @@ func TestBudgetGrantsAhead(t *testing.T) {
 	if len(woken) != 1 || woken[0] != hb.a.qp || hb.a.qp.budget.aside != minGrant {
 		t.Fatalf("after %d PSNs came back: woken %v, set aside %d; want the second QP, %d", minGrant, woken, hb.a.qp.budget.aside, minGrant)
 	}
-	hb.a.qp.Progress(hb.now)
+	hb.a.qp.Progress(hb)
 	turn := hb.a.env.take()
 	if len(turn) != minGrant {
 		t.Fatalf("the second QP's turn sent %d packets, want %d (%d messages)", len(turn), minGrant, msgs)

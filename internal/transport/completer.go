@@ -39,14 +39,14 @@ func ackTimeout(t uint8) time.Duration {
 }
 
 // armTimer starts the retransmit timer if it is not running.
-func (c *completer) armTimer(qp *QP, now time.Time) {
+func (c *completer) armTimer(qp *QP, now Clock) {
 	if c.deadline.IsZero() && qp.path.Timeout != 0 {
-		c.deadline = now.Add(ackTimeout(qp.path.Timeout))
+		c.deadline = now.Now().Add(ackTimeout(qp.path.Timeout))
 	}
 }
 
 // progressed restarts the timer after an acknowledgement moved things on.
-func (c *completer) progressed(qp *QP, now time.Time) {
+func (c *completer) progressed(qp *QP, now Clock) {
 	c.retries, c.rnrRetries = 0, 0
 	if c.rnrActive && c.psn.After(c.rnrPSN) {
 		c.rnrActive = false
@@ -67,12 +67,12 @@ func (qp *QP) Deadline() time.Time {
 }
 
 // Timeout handles an expired retransmit or RNR timer.
-func (qp *QP) Timeout(now time.Time) {
+func (qp *QP) Timeout(now Clock) {
 	c := &qp.comp
-	if !qp.req.rnrUntil.IsZero() && !now.Before(qp.req.rnrUntil) {
+	if !qp.req.rnrUntil.IsZero() && !now.Now().Before(qp.req.rnrUntil) {
 		qp.request(now)
 	}
-	if c.deadline.IsZero() || now.Before(c.deadline) {
+	if c.deadline.IsZero() || now.Now().Before(c.deadline) {
 		return
 	}
 	c.deadline = time.Time{}
@@ -91,7 +91,7 @@ func (qp *QP) Timeout(now time.Time) {
 }
 
 // handleResponse processes an ACK, NAK, read response or atomic ACK.
-func (qp *QP) handleResponse(p *wire.Packet, now time.Time) {
+func (qp *QP) handleResponse(p *wire.Packet, now Clock) {
 	pn := psn.PSN(p.BTH.PSN())
 	switch p.BTH.Opcode().Op() {
 	case wire.OpAcknowledge:
@@ -115,7 +115,7 @@ func (qp *QP) handleResponse(p *wire.Packet, now time.Time) {
 // ackThrough marks every SEND and RDMA WRITE whose packets all lie at or
 // before p as acknowledged (IBA 9.7.5.1.1: an ACK acknowledges all earlier
 // PSNs), stopping at a READ or atomic still waiting for its response.
-func (qp *QP) ackThrough(p psn.PSN, now time.Time) {
+func (qp *QP) ackThrough(p psn.PSN, now Clock) {
 	c := &qp.comp
 	if p.Before(c.psn.Add(-1)) || p.Diff(qp.req.maxPSN) >= 0 {
 		return // old (duplicate), or for a PSN never sent
@@ -195,7 +195,7 @@ func (qp *QP) nextUnacked(p psn.PSN) (*sendWQE, bool) {
 }
 
 // readResponse places RDMA READ response data (IBA 9.7.5.1.2).
-func (qp *QP) readResponse(p *wire.Packet, pn psn.PSN, now time.Time) {
+func (qp *QP) readResponse(p *wire.Packet, pn psn.PSN, now Clock) {
 	c := &qp.comp
 	w, ok := qp.nextUnacked(pn)
 	if !ok || w.wr.Opcode != WRRDMARead {
@@ -229,7 +229,7 @@ func (qp *QP) readResponse(p *wire.Packet, pn psn.PSN, now time.Time) {
 
 // atomicAck places the original value an atomic returned (IBA 9.7.5.1.3),
 // in host byte order as rxe does.
-func (qp *QP) atomicAck(p *wire.Packet, pn psn.PSN, now time.Time) {
+func (qp *QP) atomicAck(p *wire.Packet, pn psn.PSN, now Clock) {
 	w, ok := qp.nextUnacked(pn)
 	if !ok || w.firstPSN != pn || (w.wr.Opcode != WRAtomicCmpAndSwp && w.wr.Opcode != WRAtomicFetchAndAdd) || w.acked {
 		return
@@ -246,7 +246,7 @@ func (qp *QP) atomicAck(p *wire.Packet, pn psn.PSN, now time.Time) {
 }
 
 // nak handles a NAK for PSN p (IBA 9.7.5.1.4).
-func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
+func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now Clock) {
 	qp.ackThrough(p.Add(-1), now)
 	w, ok := qp.nextUnacked(p)
 	if !ok {
@@ -285,7 +285,7 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now time.Time) {
 
 // rnrNAK handles a receiver-not-ready NAK (IBA 9.7.5.2.8): wait the time
 // the responder asked for, then resend from p; rnr_retry 7 retries forever.
-func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now time.Time) {
+func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now Clock) {
 	qp.cfg.Stats.Inc(stats.RcvdRNRErr)
 	qp.comp.rnrPSN, qp.comp.rnrActive = p, true
 	qp.ackThrough(p.Add(-1), now)
@@ -301,7 +301,7 @@ func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now time.Time) {
 		qp.comp.rnrRetries++
 	}
 	qp.rewind(qp.comp.psn) // p, or an earlier READ/atomic still unanswered
-	qp.req.rnrUntil = now.Add(wire.RNRTimeout(timer))
+	qp.req.rnrUntil = now.Now().Add(wire.RNRTimeout(timer))
 	qp.comp.deadline = time.Time{}
 }
 

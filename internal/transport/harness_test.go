@@ -78,10 +78,17 @@ func (s *side) sge(off, n int) memory.SGE {
 	return memory.SGE{Addr: s.mr.Addr() + uint64(off), Length: uint32(n), LKey: s.mr.LKey()}
 }
 
+// Now implements Clock: the harness's fake time, counting the reads.
+func (h *harness) Now() time.Time {
+	h.nows++
+	return h.now
+}
+
 type harness struct {
 	t    *testing.T
 	a, b *side
 	now  time.Time
+	nows int // Now calls
 	// drop decides whether a packet from a (toB) or b is lost.
 	drop func(toB bool, p *wire.Packet) bool
 	// With icrc set, move gives every packet a real ICRC, lets icrc
@@ -140,8 +147,8 @@ func (h *harness) loseFirst(toB bool, op uint8) *bool {
 // deliver moves packets both ways until neither side emits anything.
 func (h *harness) deliver() {
 	for range 10000 {
-		h.a.qp.Progress(h.now)
-		h.b.qp.Progress(h.now)
+		h.a.qp.Progress(h)
+		h.b.qp.Progress(h)
 		pa, pb := h.a.env.take(), h.b.env.take()
 		if len(pa) == 0 && len(pb) == 0 {
 			return
@@ -188,7 +195,7 @@ func (h *harness) move(ps []link.Packet, to *side, toB bool) {
 		if h.drop(toB, &pkt) {
 			continue
 		}
-		to.qp.Receive(&pkt, h.now)
+		to.qp.Receive(&pkt, h)
 	}
 }
 
@@ -204,8 +211,8 @@ func (h *harness) advance() time.Duration {
 	}
 	step := d.Sub(h.now)
 	h.now = d
-	h.a.qp.Timeout(h.now)
-	h.b.qp.Timeout(h.now)
+	h.a.qp.Timeout(h)
+	h.b.qp.Timeout(h)
 	return step
 }
 

@@ -50,6 +50,22 @@ var (
 	ErrNoAH           = errors.New("UD work request without an address handle")
 )
 
+// Clock gives the transport the time when a step needs it: to arm the
+// retransmit or RNR timer, or to check one. Most packets arm none (an ACK
+// that retires the last outstanding WQE, a WRITE placed, the ACK for it),
+// and reading a clock costs tens of nanoseconds, so a device passes a
+// Clock that reads its clock on the first Now of a step and answers the
+// same after that (verbs' worker); At is a Clock stopped at one time.
+type Clock interface {
+	Now() time.Time
+}
+
+// At is a Clock that always says its time.
+type At time.Time
+
+// Now implements Clock.
+func (a At) Now() time.Time { return time.Time(a) }
+
 // Env is what a QP needs from its device. The device's worker implements it.
 type Env interface {
 	// Buffer returns an empty buffer with capacity of at least
@@ -347,11 +363,11 @@ func (qp *QP) checkWR(wr *SendWR) error {
 }
 
 // Receive processes one packet addressed to this QP.
-func (qp *QP) Receive(p *wire.Packet, now time.Time) { qp.ReceiveFrom(p, Origin{}, now) }
+func (qp *QP) Receive(p *wire.Packet, now Clock) { qp.ReceiveFrom(p, Origin{}, now) }
 
 // ReceiveFrom processes one packet addressed to this QP that came from
 // where o says (UD receive buffers start with a GRH built from it).
-func (qp *QP) ReceiveFrom(p *wire.Packet, o Origin, now time.Time) {
+func (qp *QP) ReceiveFrom(p *wire.Packet, o Origin, now Clock) {
 	// IBA 9.6 (transport header validation; rxe check_type_state): a
 	// packet whose opcode belongs to another transport than the QP's is
 	// dropped.
@@ -378,7 +394,7 @@ func (qp *QP) ReceiveFrom(p *wire.Packet, o Origin, now time.Time) {
 
 // Progress lets the requester send what the window allows, the completer
 // retire finished WQEs and the responder continue read responses.
-func (qp *QP) Progress(now time.Time) {
+func (qp *QP) Progress(now Clock) {
 	if qp.state == qpstate.Err {
 		qp.flush() // work requests posted in the error state complete at once
 		return

@@ -77,10 +77,10 @@ func (r *requester) mayStart(qp *QP, w *sendWQE) bool {
 }
 
 // request sends packets while the window and credits allow.
-func (qp *QP) request(now time.Time) {
+func (qp *QP) request(now Clock) {
 	r := &qp.req
 	if !r.rnrUntil.IsZero() {
-		if now.Before(r.rnrUntil) {
+		if now.Now().Before(r.rnrUntil) {
 			return
 		}
 		r.rnrUntil = time.Time{}

@@ -63,9 +63,9 @@ func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
 			l := later[0]
 			later = later[1:]
 			if l.toB {
-				h.b.qp.Receive(&l.p, h.now)
+				h.b.qp.Receive(&l.p, h)
 			} else {
-				h.a.qp.Receive(&l.p, h.now)
+				h.a.qp.Receive(&l.p, h)
 			}
 		}
 	}

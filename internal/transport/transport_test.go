@@ -336,7 +336,7 @@ func TestReadCredit(t *testing.T) {
 		h.post(h.a, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(i*64, 64)},
 			RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
 	}
-	h.a.qp.Progress(h.now)
+	h.a.qp.Progress(h)
 	if n := len(h.a.env.out); n != 2 {
 		t.Fatalf("%d READ requests before any response, want 2", n)
 	}
@@ -358,7 +358,7 @@ func TestSendWindow(t *testing.T) {
 		h.a.qp.cfg.Window = tc.window
 		h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, 1000*256)},
 			RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
-		h.a.qp.Progress(h.now)
+		h.a.qp.Progress(h)
 		if got := len(h.a.env.take()); got != tc.want {
 			t.Errorf("window %d: %d packets sent without an ACK, want %d", tc.window, got, tc.want)
 		}
@@ -392,7 +392,7 @@ func TestReadWindow(t *testing.T) {
 		h.post(h.a, SendWR{WRID: uint64(i), Opcode: WRRDMARead, SGL: []memory.SGE{h.a.sge(i*64*256, 64*256)},
 			RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
 	}
-	h.a.qp.Progress(h.now)
+	h.a.qp.Progress(h)
 	// Each READ takes 64 PSNs: PSNs 0..127 hold two, and a third would
 	// start at 128 (the window allows up to 128 ahead), taking the
 	// outstanding responses to 192.
@@ -455,5 +455,32 @@ func TestQueueDepths(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClockOnlyForTimers: the transport reads its Clock only where it
+// arms or checks a timer. A ping-pong message's WRITE arms the retransmit
+// timer as it leaves; its placement, the ACK the responder sends for it,
+// and that ACK's retiring the WQE (which stops the timer) read nothing,
+// so a device whose Clock reads the time lazily reads it once a message
+// on those steps instead of once a step.
+func TestClockOnlyForTimers(t *testing.T) {
+	h := newHarness(t, 1024, nil)
+	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 2)},
+		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
+	h.a.qp.Progress(h)
+	if h.nows != 1 || h.a.qp.Deadline().IsZero() {
+		t.Fatalf("sending the WRITE read the clock %d times, timer armed %v; want 1, true", h.nows, !h.a.qp.Deadline().IsZero())
+	}
+	h.nows = 0
+	h.move(h.a.env.take(), h.b, true) // placed
+	h.b.qp.Progress(h)                // its ACK
+	h.move(h.b.env.take(), h.a, false)
+	h.a.qp.Progress(h)
+	if h.nows != 0 {
+		t.Errorf("placing the WRITE, acknowledging it and retiring its WQE read the clock %d times, want 0", h.nows)
+	}
+	if len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess || !h.a.qp.Deadline().IsZero() {
+		t.Errorf("completions %+v, deadline %v; want one success and no timer", h.a.cq.wcs, h.a.qp.Deadline())
 	}
 }

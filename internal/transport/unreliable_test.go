@@ -151,7 +151,7 @@ func TestUDSendRecv(t *testing.T) {
 		SendWR{WRID: 4, Opcode: WRSend, Flags: SendSignaled, AH: dest, RemoteQPN: 0x12, RemoteQKey: 0x11111111, SGL: []memory.SGE{h.a.sge(0, 2000)}}, // > MTU
 		SendWR{WRID: 5, Opcode: WRSend, Flags: SendSignaled, AH: dest, RemoteQPN: 0x12, RemoteQKey: 0x11111111, SGL: []memory.SGE{h.a.sge(0, 100)}},  // > receive buffer
 	)
-	h.a.qp.Progress(h.now)
+	h.a.qp.Progress(h)
 	pkts := h.a.env.take()
 	if len(pkts) != 4 {
 		t.Fatalf("sent %d packets; want 4 (the message longer than the MTU is not sent)", len(pkts))
@@ -173,7 +173,7 @@ func TestUDSendRecv(t *testing.T) {
 			t.Errorf("packet %d: %v AckReq %v dqp %#x DETH %+v; want %v to 0x12 from 0x11 with Q_Key %#x",
 				i, pkt.BTH.Opcode(), pkt.BTH.AckReq(), pkt.BTH.DestQP(), pkt.DETH.Fields(), wantOp, wantQKey)
 		}
-		h.b.qp.ReceiveFrom(&pkt, Origin{Src: from, Dst: to}, h.now)
+		h.b.qp.ReceiveFrom(&pkt, Origin{Src: from, Dst: to}, h)
 	}
 	if len(h.a.cq.wcs) != 5 {
 		t.Errorf("sender completions %d; want 5, all SUCCESS", len(h.a.cq.wcs))
@@ -210,11 +210,11 @@ func TestUDSendRecv(t *testing.T) {
 	}
 	// The datagram too long for its buffer left WQE 12 in place.
 	h.post(h.a, SendWR{WRID: 6, Opcode: WRSend, AH: dest, RemoteQPN: 0x12, RemoteQKey: 0x11111111, SGL: []memory.SGE{h.a.sge(0, 8)}})
-	h.a.qp.Progress(h.now)
+	h.a.qp.Progress(h)
 	for _, p := range h.a.env.take() {
 		var pkt wire.Packet
 		_ = pkt.Parse(p.Buf)
-		h.b.qp.ReceiveFrom(&pkt, Origin{Src: from, Dst: to}, h.now)
+		h.b.qp.ReceiveFrom(&pkt, Origin{Src: from, Dst: to}, h)
 	}
 	if len(h.b.cq.wcs) != 3 || h.b.cq.wcs[2].WRID != 12 {
 		t.Errorf("after a short datagram: %+v; want it in WQE 12", h.b.cq.wcs)
@@ -253,7 +253,7 @@ func TestUDSendAllocs(t *testing.T) {
 	h.a.qp.env = env
 	if n := testing.AllocsPerRun(100, func() {
 		_, _ = h.a.qp.PostSend(wrs, qpstate.RTS)
-		h.a.qp.Progress(h.now)
+		h.a.qp.Progress(h)
 	}); n != 0 {
 		t.Errorf("UD post and send allocate %v times; want 0", n)
 	}
