@@ -54,3 +54,15 @@ func TestMatrix(t *testing.T) {
 		t.Errorf("%d cells, want 26", len(seen))
 	}
 }
+
+// TestClockWarning: a failure whose guest perftest could not estimate its
+// CPU clock says so; output without the warning adds nothing.
+func TestClockWarning(t *testing.T) {
+	out := "Correlation coefficient r^2: 0.703747 < 0.9\n----\n" + bwOut
+	if got, want := clockWarning(out), "the guest's perftest could not estimate its CPU clock (Correlation coefficient r^2: 0.703747 < 0.9), which zeroes its rates"; got != want {
+		t.Errorf("clockWarning = %q, want %q", got, want)
+	}
+	if got := clockWarning(bwOut); got != "" {
+		t.Errorf("clockWarning without the warning = %q, want nothing", got)
+	}
+}
