@@ -816,7 +816,7 @@ func (w *worker) handleEvent(ev event) {
 	case evCall:
 		ev.fn()
 		close(ev.done)
-		if ev.qp != nil && w.qps[ev.qp.qpn] == ev.qp {
+		if ev.qp != nil && ev.qp.live {
 			w.markDirty(ev.qp) // the call may have changed its state and deadline
 		}
 	}

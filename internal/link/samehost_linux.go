@@ -99,11 +99,10 @@ const (
 	// producer asks for whole slots (slotWidth). A slot's lines move
 	// between the cores every time around the ring (the consumer read
 	// them last, the producer wrote them last), and without the hint
-	// each store of a small
-	// packet waited for one: 64-byte WRITEs between two processes,
-	// 1.82 M/s with it against 1.51 (6 rotated rounds; PREFETCHT0 for
-	// the producer's, 1.60), the client's CPU per message 0.50 µs
-	// against 0.62.
+	// each store of a small packet waited for one: 64-byte WRITEs
+	// between two processes, 1.82 M/s with it against 1.51 (6 rotated
+	// rounds; PREFETCHT0 for the producer's, 1.60), the client's CPU per
+	// message 0.50 µs against 0.62.
 	shmPrefetchAhead = 4
 	shmPrefetchLines = 8
 )

@@ -55,16 +55,10 @@ var (
 // that retires the last outstanding WQE, a WRITE placed, the ACK for it),
 // and reading a clock costs tens of nanoseconds, so a device passes a
 // Clock that reads its clock on the first Now of a step and answers the
-// same after that (verbs' worker); At is a Clock stopped at one time.
+// same after that (verbs' worker).
 type Clock interface {
 	Now() time.Time
 }
-
-// At is a Clock that always says its time.
-type At time.Time
-
-// Now implements Clock.
-func (a At) Now() time.Time { return time.Time(a) }
 
 // Env is what a QP needs from its device. The device's worker implements it.
 type Env interface {
