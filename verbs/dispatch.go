@@ -344,12 +344,6 @@ var epoch = time.Now()
 // nanotime is a monotonic clock in nanoseconds, never 0.
 func nanotime() int64 { return int64(time.Since(epoch)) + 1 }
 
-// timeAt returns the time.Time of nanotime t: epoch's wall and monotonic
-// readings moved on by t, so that it compares and subtracts with
-// time.Now's results by the monotonic clock, as theirs do among
-// themselves.
-func timeAt(t int64) time.Time { return epoch.Add(time.Duration(t - 1)) }
-
 // progress reads what has arrived on the device's link, without waiting,
 // and runs it on the calling goroutine where the workers are idle. It
 // returns the packets read.
@@ -580,7 +574,7 @@ type worker struct {
 	timers  qpTimers          // QPs with a deadline, earliest first
 	eager   bool              // a post is running inline: write every eagerBatch packets
 	written int               // packets written in this turn (Emit's schedule)
-	timerAt time.Time         // when the timer fires; zero: it is not set
+	timerAt int64             // when the timer fires, in nanotime; 0: it is not set
 	now     int64             // the step's time (clock), in nanotime; 0: not read yet
 	budget  *transport.Budget // the PSNs its RC QPs may have in flight together
 
@@ -608,12 +602,12 @@ func (w *worker) run() {
 			}
 		case <-w.timer.C:
 			w.mu.Lock()
-			w.timerAt = time.Time{} // the timer is no longer set
-			now := w.clockTime()
-			for len(w.timers) > 0 && !now.Before(w.timers[0].tAt) {
+			w.timerAt = 0 // the timer is no longer set
+			now := w.clock()
+			for len(w.timers) > 0 && now >= w.timers[0].tAt {
 				qp := heap.Pop(&w.timers).(*QP)
-				qp.tAt = time.Time{}
-				if d := qp.t.Deadline(); !d.IsZero() && !now.Before(d) {
+				qp.tAt = 0
+				if d := qp.t.Deadline(); d != 0 && now >= d {
 					qp.t.Timeout(w)
 				}
 				w.markDirty(qp) // Progress, then track files its next deadline
@@ -711,14 +705,10 @@ func (w *worker) clock() int64 {
 	return w.now
 }
 
-// clockTime is clock as a time.Time, for the transport.
-func (w *worker) clockTime() time.Time { return timeAt(w.clock()) }
-
-// Now implements transport.Clock: the transport reads the step's time
-// (clockTime) only to arm or check a timer, and a step whose packets arm
-// none, as a ping-pong's WRITE and ACK do not, neither reads the clock
-// nor converts its reading for it.
-func (w *worker) Now() time.Time { return w.clockTime() }
+// Now implements transport.Clock with the step's time (clock): the
+// transport asks only to arm or check a timer, and a step whose packets
+// arm none, as a ping-pong's WRITE and ACK do not, reads no clock.
+func (w *worker) Now() int64 { return w.clock() }
 
 // onlyAcks reports whether tx holds packets and all of them are ACKs
 // without payload.
@@ -921,10 +911,10 @@ func (w *worker) rearm() {
 		return // an armed timer fires once more and finds nothing due
 	}
 	at := w.timers[0].tAt
-	if !w.timerAt.IsZero() && !at.Before(w.timerAt) {
+	if w.timerAt != 0 && at >= w.timerAt {
 		return
 	}
-	w.timer.Reset(max(at.Sub(w.clockTime()), 0))
+	w.timer.Reset(max(time.Duration(at-w.clock()), 0))
 	w.timerAt = at
 }
 
@@ -935,14 +925,14 @@ func (w *worker) rearm() {
 // 100,000 idle QPs does not scan them after every event.
 func (w *worker) track(qp *QP) {
 	d := qp.t.Deadline()
-	if d.Equal(qp.tAt) && (d.IsZero() == (qp.tIndex == 0)) {
+	if d == qp.tAt && (d == 0) == (qp.tIndex == 0) {
 		return
 	}
 	qp.tAt = d
 	switch {
-	case d.IsZero() && qp.tIndex > 0:
+	case d == 0 && qp.tIndex > 0:
 		heap.Remove(&w.timers, qp.tIndex-1)
-	case d.IsZero():
+	case d == 0:
 	case qp.tIndex > 0:
 		heap.Fix(&w.timers, qp.tIndex-1)
 	default:
@@ -954,7 +944,7 @@ func (w *worker) track(qp *QP) {
 type qpTimers []*QP
 
 func (h qpTimers) Len() int           { return len(h) }
-func (h qpTimers) Less(i, j int) bool { return h[i].tAt.Before(h[j].tAt) }
+func (h qpTimers) Less(i, j int) bool { return h[i].tAt < h[j].tAt }
 func (h qpTimers) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].tIndex, h[j].tIndex = i+1, j+1

@@ -376,28 +376,28 @@ func TestBusyPollLossy(t *testing.T) {
 func TestWorkerRearm(t *testing.T) {
 	w := &worker{timer: time.NewTimer(time.Hour)}
 	w.timer.Stop()
-	now := time.Now()
-	late, soon := &QP{tAt: now.Add(time.Hour)}, &QP{tAt: now.Add(20 * time.Millisecond)}
+	now := nanotime()
+	late, soon := &QP{tAt: now + int64(time.Hour)}, &QP{tAt: now + int64(20*time.Millisecond)}
 
 	w.rearm()
-	if !w.timerAt.IsZero() {
+	if w.timerAt != 0 {
 		t.Fatalf("no deadline: timer set for %v", w.timerAt)
 	}
 	heap.Push(&w.timers, late)
 	w.rearm()
-	if !w.timerAt.Equal(late.tAt) {
+	if w.timerAt != late.tAt {
 		t.Fatalf("timer at %v, want the only deadline %v", w.timerAt, late.tAt)
 	}
 	heap.Push(&w.timers, soon)
 	w.rearm()
-	if !w.timerAt.Equal(soon.tAt) {
+	if w.timerAt != soon.tAt {
 		t.Fatalf("timer at %v, want the sooner deadline %v", w.timerAt, soon.tAt)
 	}
 	// The sooner deadline moves later: the timer stays where it is.
-	soon.tAt = now.Add(time.Minute)
+	soon.tAt = now + int64(time.Minute)
 	heap.Fix(&w.timers, soon.tIndex-1)
 	w.rearm()
-	if !w.timerAt.Equal(now.Add(20 * time.Millisecond)) {
+	if w.timerAt != now+int64(20*time.Millisecond) {
 		t.Errorf("a later deadline moved the timer to %v", w.timerAt)
 	}
 	select {

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/psn"
@@ -82,7 +81,7 @@ type QP struct {
 	posts  atomic.Uint32 // how posts arrive (postIdle, postBurst): PostSend
 	dirty  bool          // queued for Progress on its worker; owned by the worker
 	live   bool          // in its worker's table (the worker takes packets for it); owned by the worker
-	tAt    time.Time     // the deadline filed in the worker's timer heap; owned by the worker
+	tAt    int64         // the deadline (nanotime) filed in the worker's timer heap; owned by the worker
 	tIndex int           // index + 1 in the timer heap, 0 when not in it; owned by the worker
 
 	sendCQ, recvCQ countedCQ // the transport's CQs: init's, counting what arrived first

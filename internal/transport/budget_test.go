@@ -130,7 +130,7 @@ func TestBudgetShared(t *testing.T) {
 		}
 		if !moved {
 			for _, h := range hs { // a lost tail: the retry timer resends it
-				if !h.a.qp.Deadline().IsZero() {
+				if h.a.qp.Deadline() != 0 {
 					h.advance()
 				}
 			}

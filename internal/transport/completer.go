@@ -21,12 +21,12 @@ import (
 //	RNR NAK                  implicit ACK before p, wait the timer, resend from p
 //	timeout                  resend from the oldest unacknowledged PSN
 type completer struct {
-	psn        psn.PSN   // oldest PSN not yet acknowledged
-	wqe        uint64    // oldest WQE not yet completed
-	retries    int       // timeouts and sequence NAKs survived since the last progress
-	rnrRetries int       // RNR NAKs survived since the last progress
-	deadline   time.Time // retransmit timer; zero when nothing is outstanding
-	rnrPSN     psn.PSN   // PSN of the last RNR NAK, while rnrActive
+	psn        psn.PSN // oldest PSN not yet acknowledged
+	wqe        uint64  // oldest WQE not yet completed
+	retries    int     // timeouts and sequence NAKs survived since the last progress
+	rnrRetries int     // RNR NAKs survived since the last progress
+	deadline   int64   // retransmit timer, on the Clock; 0 when nothing is outstanding
+	rnrPSN     psn.PSN // PSN of the last RNR NAK, while rnrActive
 	rnrActive  bool
 }
 
@@ -40,8 +40,8 @@ func ackTimeout(t uint8) time.Duration {
 
 // armTimer starts the retransmit timer if it is not running.
 func (c *completer) armTimer(qp *QP, now Clock) {
-	if c.deadline.IsZero() && qp.path.Timeout != 0 {
-		c.deadline = now.Now().Add(ackTimeout(qp.path.Timeout))
+	if c.deadline == 0 && qp.path.Timeout != 0 {
+		c.deadline = now.Now() + int64(ackTimeout(qp.path.Timeout))
 	}
 }
 
@@ -51,16 +51,17 @@ func (c *completer) progressed(qp *QP, now Clock) {
 	if c.rnrActive && c.psn.After(c.rnrPSN) {
 		c.rnrActive = false
 	}
-	c.deadline = time.Time{}
+	c.deadline = 0
 	if qp.req.psn != c.psn {
 		c.armTimer(qp, now)
 	}
 }
 
-// Deadline returns when Timeout must next be called; zero for never.
-func (qp *QP) Deadline() time.Time {
+// Deadline returns when Timeout must next be called, on the Clock the QP
+// is given; 0 for never.
+func (qp *QP) Deadline() int64 {
 	d := qp.comp.deadline
-	if r := qp.req.rnrUntil; !r.IsZero() && (d.IsZero() || r.Before(d)) {
+	if r := qp.req.rnrUntil; r != 0 && (d == 0 || r < d) {
 		d = r
 	}
 	return d
@@ -69,13 +70,13 @@ func (qp *QP) Deadline() time.Time {
 // Timeout handles an expired retransmit or RNR timer.
 func (qp *QP) Timeout(now Clock) {
 	c := &qp.comp
-	if !qp.req.rnrUntil.IsZero() && !now.Now().Before(qp.req.rnrUntil) {
+	if qp.req.rnrUntil != 0 && now.Now() >= qp.req.rnrUntil {
 		qp.request(now)
 	}
-	if c.deadline.IsZero() || now.Now().Before(c.deadline) {
+	if c.deadline == 0 || now.Now() < c.deadline {
 		return
 	}
-	c.deadline = time.Time{}
+	c.deadline = 0
 	if qp.req.psn == c.psn {
 		return // nothing outstanding
 	}
@@ -301,8 +302,8 @@ func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now Clock) {
 		qp.comp.rnrRetries++
 	}
 	qp.rewind(qp.comp.psn) // p, or an earlier READ/atomic still unanswered
-	qp.req.rnrUntil = now.Now().Add(wire.RNRTimeout(timer))
-	qp.comp.deadline = time.Time{}
+	qp.req.rnrUntil = now.Now() + int64(wire.RNRTimeout(timer))
+	qp.comp.deadline = 0
 }
 
 // rewind makes the requester resend from PSN p (go-back-N): the WQE that
@@ -364,7 +365,7 @@ func (c *completer) normalize(qp *QP, tail uint64) {
 	if c.wqe == tail || !qp.cfg.SQ.slot(c.wqe).started {
 		if c.wqe == qp.req.wqe && c.psn != qp.req.psn {
 			c.psn = qp.req.psn
-			c.deadline = time.Time{}
+			c.deadline = 0
 		}
 		return
 	}

@@ -79,7 +79,7 @@ func (s *side) sge(off, n int) memory.SGE {
 }
 
 // Now implements Clock: the harness's fake time, counting the reads.
-func (h *harness) Now() time.Time {
+func (h *harness) Now() int64 {
 	h.nows++
 	return h.now
 }
@@ -87,8 +87,8 @@ func (h *harness) Now() time.Time {
 type harness struct {
 	t    *testing.T
 	a, b *side
-	now  time.Time
-	nows int // Now calls
+	now  int64 // nanoseconds
+	nows int   // Now calls
 	// drop decides whether a packet from a (toB) or b is lost.
 	drop func(toB bool, p *wire.Packet) bool
 	// With icrc set, move gives every packet a real ICRC, lets icrc
@@ -104,7 +104,7 @@ type harness struct {
 func newHarness(t *testing.T, mtu int, edit func(pa, pb *Path)) *harness {
 	a, b := newSide(t, 0x11, 1<<20), newSide(t, 0x12, 1<<20)
 	connect(a.qp, b.qp, mtu, edit)
-	return &harness{t: t, a: a, b: b, now: time.Unix(1000, 0), drop: func(bool, *wire.Packet) bool { return false }}
+	return &harness{t: t, a: a, b: b, now: int64(1000 * time.Second), drop: func(bool, *wire.Packet) bool { return false }}
 }
 
 // connect moves QP a (QPN 0x11) and QP b (0x12) to RTS, each the other's
@@ -203,13 +203,13 @@ func (h *harness) move(ps []link.Packet, to *side, toB bool) {
 func (h *harness) advance() time.Duration {
 	h.t.Helper()
 	d := h.a.qp.Deadline()
-	if e := h.b.qp.Deadline(); !e.IsZero() && (d.IsZero() || e.Before(d)) {
+	if e := h.b.qp.Deadline(); e != 0 && (d == 0 || e < d) {
 		d = e
 	}
-	if d.IsZero() {
+	if d == 0 {
 		h.t.Fatal("no timer armed")
 	}
-	step := d.Sub(h.now)
+	step := time.Duration(d - h.now)
 	h.now = d
 	h.a.qp.Timeout(h)
 	h.b.qp.Timeout(h)

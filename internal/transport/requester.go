@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"time"
-
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
 	"github.com/goroce/goroce/internal/wire"
@@ -24,13 +22,13 @@ type requester struct {
 	rdAtomicOut int     // RDMA READs and atomics sent and not completed
 	maxPSN      psn.PSN // one past the highest PSN ever sent
 	held        int     // PSNs taken from Config.Budget: those in flight and some spare
-	rnrUntil    time.Time
+	rnrUntil    int64   // the RNR timer, on the Clock; 0 when not waiting
 }
 
 // ready reports whether the next WQE may be sent now.
 func (r *requester) ready(qp *QP) bool {
 	_, tail := qp.cfg.SQ.bounds()
-	if r.wqe == tail || !r.rnrUntil.IsZero() {
+	if r.wqe == tail || r.rnrUntil != 0 {
 		return false
 	}
 	w := qp.cfg.SQ.slot(r.wqe)
@@ -79,11 +77,11 @@ func (r *requester) mayStart(qp *QP, w *sendWQE) bool {
 // request sends packets while the window and credits allow.
 func (qp *QP) request(now Clock) {
 	r := &qp.req
-	if !r.rnrUntil.IsZero() {
-		if now.Now().Before(r.rnrUntil) {
+	if r.rnrUntil != 0 {
+		if now.Now() < r.rnrUntil {
 			return
 		}
-		r.rnrUntil = time.Time{}
+		r.rnrUntil = 0
 	}
 	_, tail := qp.cfg.SQ.bounds()
 	for r.wqe != tail && qp.state == qpstate.RTS {

@@ -136,7 +136,7 @@ func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
 				}
 				continue
 			}
-			if h.a.qp.Deadline().IsZero() && h.b.qp.Deadline().IsZero() {
+			if h.a.qp.Deadline() == 0 && h.b.qp.Deadline() == 0 {
 				s, r := h.a.qp.Outstanding()
 				q := h.a.qp
 				head, tail := q.cfg.SQ.bounds()

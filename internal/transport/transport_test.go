@@ -253,7 +253,7 @@ func TestRetryExhaustion(t *testing.T) {
 	if h.a.qp.State() != qpstate.Err || len(h.a.env.fatal) != 1 {
 		t.Errorf("state %v, fatal %v", h.a.qp.State(), h.a.env.fatal)
 	}
-	if !h.a.qp.Deadline().IsZero() {
+	if h.a.qp.Deadline() != 0 {
 		t.Error("a timer is still armed after the error")
 	}
 }
@@ -469,8 +469,8 @@ func TestClockOnlyForTimers(t *testing.T) {
 	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 2)},
 		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
 	h.a.qp.Progress(h)
-	if h.nows != 1 || h.a.qp.Deadline().IsZero() {
-		t.Fatalf("sending the WRITE read the clock %d times, timer armed %v; want 1, true", h.nows, !h.a.qp.Deadline().IsZero())
+	if h.nows != 1 || h.a.qp.Deadline() == 0 {
+		t.Fatalf("sending the WRITE read the clock %d times, timer armed %v; want 1, true", h.nows, h.a.qp.Deadline() != 0)
 	}
 	h.nows = 0
 	h.move(h.a.env.take(), h.b, true) // placed
@@ -480,7 +480,7 @@ func TestClockOnlyForTimers(t *testing.T) {
 	if h.nows != 0 {
 		t.Errorf("placing the WRITE, acknowledging it and retiring its WQE read the clock %d times, want 0", h.nows)
 	}
-	if len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess || !h.a.qp.Deadline().IsZero() {
+	if len(h.a.cq.wcs) != 1 || h.a.cq.wcs[0].Status != WCSuccess || h.a.qp.Deadline() != 0 {
 		t.Errorf("completions %+v, deadline %v; want one success and no timer", h.a.cq.wcs, h.a.qp.Deadline())
 	}
 }
