@@ -46,3 +46,42 @@ func TestColdWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestColdSources: a device's requesters ask for the payload of messages
+// whose source is likely out of cache as they send it, on every link
+// (transport.Placement): the data arrive the same, and cold_sources
+// counts those messages. The test lowers the sender's reuse distance to
+// 64 KiB, so that each 100 KiB WRITE is cold and each 4 KiB one is not.
+func TestColdSources(t *testing.T) {
+	for _, lk := range links {
+		t.Run(lk.name, func(t *testing.T) {
+			da, db := lk.open(t)
+			da.placement.Distance = 64 << 10 // before the QPs exist: their workers see it
+			a, b := newEndpoint(t, da, 1<<20), newEndpoint(t, db, 1<<20)
+			connect(t, a, b, MTU4096)
+			fill(a.buf, 5)
+			sizes := []int{100<<10 + 5, 4 << 10, 100<<10 + 1, 4<<10 + 3}
+			for i, n := range sizes {
+				_, err := a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+					SGL: []SGE{a.mr.SGE(i*1000+3, n)}, RemoteAddr: b.mr.Addr() + uint64(i<<18), RKey: b.mr.RKey()}})
+				must(t, err)
+				if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+					t.Fatalf("WRITE %d: %+v", i, wc)
+				}
+			}
+			settle(db)
+			for i, n := range sizes {
+				off := i << 18
+				if !bytes.Equal(b.buf[off:off+n], a.buf[i*1000+3:i*1000+3+n]) {
+					t.Errorf("WRITE %d (%d bytes): target differs from source", i, n)
+				}
+			}
+			if got := da.Counters()["cold_sources"]; got != 2 {
+				t.Errorf("cold_sources %d, want 2", got)
+			}
+			if got := db.Counters()["cold_sources"]; got != 0 {
+				t.Errorf("the responder counted %d cold sources, want 0", got)
+			}
+		})
+	}
+}

@@ -20,3 +20,15 @@ func Write(p unsafe.Pointer, lines int) { write(p, lines) }
 
 // Read asks for the lines [p, p+lines*LineSize), to be read.
 func Read(p unsafe.Pointer, lines int) { read(p, lines) }
+
+// ReadSlice asks for the lines b lies in, to be read: from b's first byte
+// in steps of a line, as many steps as b has lines, so that a b that does
+// not start on a line is covered to its last byte too.
+func ReadSlice(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	off := int(uintptr(p) & (LineSize - 1))
+	read(p, (off+len(b)+LineSize-1)/LineSize)
+}

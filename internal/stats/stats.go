@@ -44,6 +44,7 @@ const (
 	SameHostPkts                       // packets sent to a same-host peer through shared memory (Config.SameHost)
 	SameHostDrops                      //   … dropped because the peer's ring was full
 	ColdWrites                         // RDMA WRITE messages placed with non-temporal stores (transport.Placement)
+	ColdSources                        // messages sent from a source likely out of cache, prefetched as sent (transport.Placement)
 	ConnectedPorts                     // per-QP UDP source-port sockets connected to their peer
 	UnconnectedPorts                   //   … that could not be (or whose IPv4 ID counter could not be learned)
 	IDRecoveries                       // IPv4 packets whose IP ID was not the expected one and was recovered from the ICRC
@@ -56,7 +57,7 @@ var names = [NumCounters]string{
 	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
 	"sent_bytes", "rcvd_bytes", "icrc_errors", "malformed", "socket_drops",
 	"fault_dropped", "fault_duplicated", "fault_reordered", "fault_corrupted", "fault_delayed", "fault_ce_marked",
-	"samehost_pkts", "samehost_drops", "cold_writes",
+	"samehost_pkts", "samehost_drops", "cold_writes", "cold_sources",
 	"connected_ports", "unconnected_ports", "ipv4_id_recoveries",
 }
 

@@ -26,11 +26,28 @@ import "sync/atomic"
 // with 1 and 64 QPs writing 64 KiB each (64 KiB and 4 MiB of distance);
 // used from this distance on, 256 and 1024 QPs moved 1.16× and 1.25× the
 // bytes in one process with 0.9× the CPU per byte.
+//
+// The same measure over the payload the device's requesters gather from
+// their sources (a clock of its own) tells a requester whether the source
+// of a message it starts is likely out of cache (coldSource). It then
+// asks for each packet's payload lines as it emits the packet
+// (internal/prefetch), so that they come from memory while it builds the
+// rest of the batch, before the link reads them to copy and checksum
+// them; without it each packet stalls on its own lines, since the
+// hardware prefetcher stops at each page and a 4 KiB packet is a page.
+// Asked for every packet, the lines cost where the source is cached (2.5 %
+// of a one-QP client's CPU, the prefetches waiting on miss buffers);
+// asked for cold messages only, 1024 QPs writing 64 KiB each between two
+// processes over UDP moved 1.04× the bytes, ahead in 8 of 9 rotated
+// pairs (docs/perf/HISTORY.md, twenty-seventh round). A QP's turn sends
+// up to eight messages from one source, so only the first is cold.
 type Placement struct {
 	// Distance is the reuse distance in bytes from which a message is
-	// placed with non-temporal stores; 0 never does.
+	// placed with non-temporal stores, or its source prefetched; 0
+	// never does either.
 	Distance uint64
 	clock    atomic.Uint64 // WRITE payload bytes placed by the device's QPs
+	gathered atomic.Uint64 // payload bytes the device's requesters gathered from their sources
 }
 
 // NewPlacement returns the placement policy for a device whose last-level
@@ -40,9 +57,9 @@ func NewPlacement(llc int) *Placement {
 	return &Placement{Distance: uint64(llc) / 3}
 }
 
-// reuse is what Placement keeps of one QP's WRITEs.
+// reuse is what Placement keeps of one QP's WRITEs, or of its sources.
 type reuse struct {
-	last uint64 // the clock after the QP's last WRITE; 0: none yet
+	last uint64 // the clock after the QP's last message; 0: none yet
 	gap  uint64 // bytes the device placed between the run before and this run's first message
 	run  uint64 // bytes of this run: a message and those that continued it
 }
@@ -60,7 +77,26 @@ func (p *Placement) cold(u *reuse, n uint64, cont bool) bool {
 	if p == nil || p.Distance == 0 {
 		return false
 	}
-	now := p.clock.Add(n)
+	return u.distance(&p.clock, n, cont) >= p.Distance
+}
+
+// coldSource accounts a message of n bytes that a requester starts to
+// gather from its source to the QP whose sources u follows, and reports
+// whether that source is likely out of cache: the payload the device's
+// requesters gathered since the QP's previous message, plus the
+// message's own, reaches Distance.
+func (p *Placement) coldSource(u *reuse, n uint64) bool {
+	if p == nil || p.Distance == 0 {
+		return false
+	}
+	return u.distance(&p.gathered, n, false) >= p.Distance
+}
+
+// distance moves clock on by a message of n bytes and returns the
+// message's reuse distance: its run's length (with cont, the message
+// extends the run of the one before) plus the gap before the run.
+func (u *reuse) distance(clock *atomic.Uint64, n uint64, cont bool) uint64 {
+	now := clock.Add(n)
 	if !cont {
 		u.gap, u.run = 0, 0
 		if u.last != 0 {
@@ -69,5 +105,5 @@ func (p *Placement) cold(u *reuse, n uint64, cont bool) bool {
 	}
 	u.run += n
 	u.last = now
-	return u.run+u.gap >= p.Distance
+	return u.run + u.gap
 }

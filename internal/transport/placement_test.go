@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/goroce/goroce/internal/memory"
@@ -149,5 +150,102 @@ func TestPlacementRNR(t *testing.T) {
 	}
 	if got := st.Get(stats.ColdWrites); got != 1 {
 		t.Errorf("cold_writes %d, want 1", got)
+	}
+}
+
+// TestPlacementSource follows the requesters' reuse distance of their
+// sources: a clock of its own, which the WRITEs a device places do not
+// move.
+func TestPlacementSource(t *testing.T) {
+	p := &Placement{Distance: 1000}
+	qps := make([]reuse, 3)
+	for i, m := range []struct {
+		qp   int
+		n    uint64
+		cold bool
+	}{
+		{0, 400, false}, {0, 400, false}, // one QP sends its buffer again and again
+		{1, 1000, true}, // as long as the distance
+		{2, 300, false},
+		{0, 300, true}, // 1300 gathered by the others since, plus its own
+		{1, 100, false},
+		{2, 200, false}, // 400 since, plus 200
+	} {
+		if m.qp == 1 && m.n == 100 {
+			var w reuse // a WRITE placed in between moves the other clock only
+			p.cold(&w, 1<<30, false)
+		}
+		if got := p.coldSource(&qps[m.qp], m.n); got != m.cold {
+			t.Fatalf("message %d (QP %d, %d bytes): cold %v, want %v", i, m.qp, m.n, got, m.cold)
+		}
+	}
+	var none *Placement
+	var u reuse
+	if none.coldSource(&u, 1<<40) || (&Placement{}).coldSource(&u, 1<<40) {
+		t.Error("no Placement, or distance 0, judged a source cold")
+	}
+}
+
+// TestPlacementSourceSend: a requester whose link gathers counts each
+// message it starts from a source likely out of cache in cold_sources,
+// SENDs and WRITEs alike, a message whose first packet spans two SGEs
+// too, and the data arrive the same (the prefetch it asks for is a
+// hint). Over a link that copies each payload into its packet as the
+// packet is built, nothing is judged: the copy reads the source at once.
+func TestPlacementSourceSend(t *testing.T) {
+	for _, gather := range []bool{true, false} {
+		t.Run(fmt.Sprintf("gather=%v", gather), func(t *testing.T) {
+			h := newHarness(t, 1024, nil)
+			h.a.env.gather, h.b.env.gather = gather, gather
+			st := stats.New()
+			h.a.qp.cfg.Stats = st
+			h.a.qp.cfg.Placement = &Placement{Distance: 8 << 10}
+			for i := range h.a.buf {
+				h.a.buf[i] = byte(i*5 + 3)
+			}
+			type msg struct {
+				op   WROpcode
+				sgl  []memory.SGE
+				dst  int
+				cold bool
+			}
+			msgs := []msg{
+				{WRRDMAWrite, []memory.SGE{h.a.sge(0, 10*1024+17)}, 0x10000, true},
+				{WRRDMAWrite, []memory.SGE{h.a.sge(0x8000, 3*1024+5)}, 0x20003, false},
+				{WRSend, []memory.SGE{h.a.sge(0x3001, 5*1024), h.a.sge(0x9000, 4*1024)}, 0x30001, true},
+				{WRRDMAWrite, []memory.SGE{h.a.sge(0x100, 100)}, 0x40000, false},
+			}
+			want := 0
+			for i, m := range msgs {
+				if m.op == WRSend {
+					h.postRecv(h.b, RecvWR{WRID: uint64(i), SGL: []memory.SGE{h.b.sge(m.dst, 16*1024)}})
+				}
+				h.post(h.a, SendWR{WRID: uint64(i), Opcode: m.op, Flags: SendSignaled, SGL: m.sgl,
+					RemoteAddr: h.b.mr.Addr() + uint64(m.dst), RKey: h.b.mr.RKey()})
+				h.deliver()
+				if m.cold && gather {
+					want++
+				}
+				if got := int(st.Get(stats.ColdSources)); got != want {
+					t.Fatalf("message %d: cold_sources %d, want %d", i, got, want)
+				}
+			}
+			if len(h.a.cq.wcs) != len(msgs) {
+				t.Fatalf("WCs %+v, want %d", h.a.cq.wcs, len(msgs))
+			}
+			for i, m := range msgs {
+				var src []byte
+				for _, s := range m.sgl {
+					off := int(s.Addr - h.a.mr.Addr())
+					src = append(src, h.a.buf[off:off+int(s.Length)]...)
+				}
+				if !bytes.Equal(h.b.buf[m.dst:m.dst+len(src)], src) {
+					t.Errorf("message %d: target differs from source", i)
+				}
+			}
+			if gather && h.gathered == 0 {
+				t.Error("no packet went out with a gathered payload")
+			}
+		})
 	}
 }

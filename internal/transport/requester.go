@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"github.com/goroce/goroce/internal/prefetch"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -23,6 +25,8 @@ type requester struct {
 	maxPSN      psn.PSN // one past the highest PSN ever sent
 	held        int     // PSNs taken from Config.Budget: those in flight and some spare
 	rnrUntil    int64   // the RNR timer, on the Clock; 0 when not waiting
+	src         reuse   // what Config.Placement keeps of the QP's sources
+	coldSrc     bool    // the message being sent comes from a source likely out of cache
 }
 
 // ready reports whether the next WQE may be sent now.
@@ -172,11 +176,22 @@ func sendOpcode(w *sendWQE, first, last bool) uint8 {
 func (qp *QP) emitPayload(w *sendWQE, h *wire.Headers, n int) bool {
 	off := qp.req.offset
 	if n > 0 && len(w.inline) == 0 && qp.env.Gathers() {
+		if off == 0 {
+			qp.req.coldSrc = qp.cfg.Placement.coldSource(&qp.req.src, w.length)
+			if qp.req.coldSrc {
+				qp.cfg.Stats.Inc(stats.ColdSources)
+			}
+		}
 		src, err := qp.cfg.Mem.Slice(qp.cfg.PD, w.sgl, off, n)
 		if err != nil {
 			return false
 		}
 		if src != nil {
+			if qp.req.coldSrc {
+				// The link reads the payload when it writes the batch
+				// (Placement): ask for its lines now.
+				prefetch.ReadSlice(src)
+			}
 			qp.emitGather(h, src)
 			return true
 		}
