@@ -422,7 +422,8 @@ func (d *Device) Close() error {
 // did (fault_dropped, fault_duplicated, fault_reordered, fault_corrupted,
 // fault_delayed, fault_ce_marked) and what the same-host path carried
 // (samehost_pkts, samehost_drops), RDMA WRITEs placed around the cache
-// (cold_writes), and the per-QP UDP sockets (connected_ports,
+// (cold_writes), messages whose cold source was asked for ahead
+// (cold_sources), and the per-QP UDP sockets (connected_ports,
 // unconnected_ports, ipv4_id_recoveries). `goroce stats` shows the same
 // numbers from another process.
 func (d *Device) Counters() map[string]uint64 {

@@ -29,7 +29,8 @@ import "sync/atomic"
 //
 // The same measure over the payload the device's requesters gather from
 // their sources (a clock of its own) tells a requester whether the source
-// of a message it starts is likely out of cache (coldSource). It then
+// of a message of more than one packet it starts is likely out of cache
+// (coldSource). It then
 // asks for each packet's payload lines as it emits the packet
 // (internal/prefetch), so that they come from memory while it builds the
 // rest of the batch, before the link reads them to copy and checksum

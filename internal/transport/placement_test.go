@@ -187,11 +187,13 @@ func TestPlacementSource(t *testing.T) {
 }
 
 // TestPlacementSourceSend: a requester whose link gathers counts each
-// message it starts from a source likely out of cache in cold_sources,
-// SENDs and WRITEs alike, a message whose first packet spans two SGEs
-// too, and the data arrive the same (the prefetch it asks for is a
-// hint). Over a link that copies each payload into its packet as the
-// packet is built, nothing is judged: the copy reads the source at once.
+// message of more than one packet it starts from a source likely out of
+// cache in cold_sources, SENDs and WRITEs alike, a message whose first
+// packet spans two SGEs too, and the data arrive the same (the prefetch
+// it asks for is a hint). A message of one packet is not judged, however
+// long its distance. Over a link that copies each payload into its
+// packet as the packet is built, nothing is judged: the copy reads the
+// source at once.
 func TestPlacementSourceSend(t *testing.T) {
 	for _, gather := range []bool{true, false} {
 		t.Run(fmt.Sprintf("gather=%v", gather), func(t *testing.T) {
@@ -199,7 +201,7 @@ func TestPlacementSourceSend(t *testing.T) {
 			h.a.env.gather, h.b.env.gather = gather, gather
 			st := stats.New()
 			h.a.qp.cfg.Stats = st
-			h.a.qp.cfg.Placement = &Placement{Distance: 8 << 10}
+			h.a.qp.cfg.Placement = &Placement{Distance: 512}
 			for i := range h.a.buf {
 				h.a.buf[i] = byte(i*5 + 3)
 			}
@@ -211,8 +213,8 @@ func TestPlacementSourceSend(t *testing.T) {
 			}
 			msgs := []msg{
 				{WRRDMAWrite, []memory.SGE{h.a.sge(0, 10*1024+17)}, 0x10000, true},
-				{WRRDMAWrite, []memory.SGE{h.a.sge(0x8000, 3*1024+5)}, 0x20003, false},
-				{WRSend, []memory.SGE{h.a.sge(0x3001, 5*1024), h.a.sge(0x9000, 4*1024)}, 0x30001, true},
+				{WRRDMAWrite, []memory.SGE{h.a.sge(0x8000, 1000)}, 0x20003, false}, // one packet
+				{WRSend, []memory.SGE{h.a.sge(0x3001, 500), h.a.sge(0x9000, 9*1024)}, 0x30001, true},
 				{WRRDMAWrite, []memory.SGE{h.a.sge(0x100, 100)}, 0x40000, false},
 			}
 			want := 0

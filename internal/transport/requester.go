@@ -177,7 +177,12 @@ func (qp *QP) emitPayload(w *sendWQE, h *wire.Headers, n int) bool {
 	off := qp.req.offset
 	if n > 0 && len(w.inline) == 0 && qp.env.Gathers() {
 		if off == 0 {
-			qp.req.coldSrc = qp.cfg.Placement.coldSource(&qp.req.src, w.length)
+			// A message of one packet is not judged: the link reads its
+			// payload right after it is built, too soon for a prefetch to
+			// gain anything, and the judgement costs an atomic add on a
+			// clock the device's workers share, on every ping-pong
+			// message.
+			qp.req.coldSrc = w.length > uint64(qp.path.MTU) && qp.cfg.Placement.coldSource(&qp.req.src, w.length)
 			if qp.req.coldSrc {
 				qp.cfg.Stats.Inc(stats.ColdSources)
 			}
