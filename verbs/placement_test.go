@@ -51,7 +51,9 @@ func TestColdWrites(t *testing.T) {
 // whose source is likely out of cache as they send it, on every link
 // (transport.Placement): the data arrive the same, and cold_sources
 // counts those messages. The test lowers the sender's reuse distance to
-// 64 KiB, so that each 100 KiB WRITE is cold and each 4 KiB one is not.
+// 64 KiB, so that each 100 KiB WRITE is cold, the one of 4 KiB + 3 bytes
+// (two packets, 4 KiB of distance) is not, and the one of 4 KiB, a
+// single packet at MTU 4096, is not judged.
 func TestColdSources(t *testing.T) {
 	for _, lk := range links {
 		t.Run(lk.name, func(t *testing.T) {

@@ -30,18 +30,18 @@ import "sync/atomic"
 // The same measure over the payload the device's requesters gather from
 // their sources (a clock of its own) tells a requester whether the source
 // of a message of more than one packet it starts is likely out of cache
-// (coldSource). It then
-// asks for each packet's payload lines as it emits the packet
-// (internal/prefetch), so that they come from memory while it builds the
-// rest of the batch, before the link reads them to copy and checksum
-// them; without it each packet stalls on its own lines, since the
-// hardware prefetcher stops at each page and a 4 KiB packet is a page.
-// Asked for every packet, the lines cost where the source is cached (2.5 %
-// of a one-QP client's CPU, the prefetches waiting on miss buffers);
-// asked for cold messages only, 1024 QPs writing 64 KiB each between two
-// processes over UDP moved 1.04× the bytes, ahead in 8 of 9 rotated
-// pairs (docs/perf/HISTORY.md, twenty-seventh round). A QP's turn sends
-// up to eight messages from one source, so only the first is cold.
+// (coldSource). It then asks for each packet's payload lines as it emits
+// the packet (internal/prefetch), so that they come from memory while it
+// builds the rest of the batch, before the link reads them to copy and
+// checksum them; without it each packet stalls on its own lines, since
+// the hardware prefetcher stops at each page and a 4 KiB packet is a
+// page. Asked for every packet, the lines cost where the source is cached
+// (2.5 % of a one-QP client's CPU, the prefetches waiting on miss
+// buffers); asked for cold messages only, 1024 QPs writing 64 KiB each
+// between two processes over UDP moved 1.02–1.08× the bytes in rotated
+// runs with the vCPUs close (docs/perf/HISTORY.md, twenty-seventh
+// round). A QP's turn sends up to eight messages from one source, so only
+// the first is cold.
 type Placement struct {
 	// Distance is the reuse distance in bytes from which a message is
 	// placed with non-temporal stores, or its source prefetched; 0
@@ -61,7 +61,7 @@ func NewPlacement(llc int) *Placement {
 // reuse is what Placement keeps of one QP's WRITEs, or of its sources.
 type reuse struct {
 	last uint64 // the clock after the QP's last message; 0: none yet
-	gap  uint64 // bytes the device placed between the run before and this run's first message
+	gap  uint64 // bytes the device placed (or gathered) between the run before and this run's first message
 	run  uint64 // bytes of this run: a message and those that continued it
 }
 
