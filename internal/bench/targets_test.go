@@ -84,7 +84,8 @@ func TestPrintTargets(t *testing.T) {
 		t.Errorf("no note on TCP's wake-ups, or the verdict changed:\n%s", out)
 	}
 	// Rounds whose cache line between the CPUs took twice the quickest
-	// round trip or more, before or after, are named. With some far apart
+	// round trip and 100 ns more, or 300 ns or more, before or after, are
+	// named. With some far apart
 	// and two or more close, the table follows again for the close ones
 	// alone (close: its heading); otherwise only the whole run's.
 	for _, tc := range []struct {
@@ -92,11 +93,13 @@ func TestPrintTargets(t *testing.T) {
 		want, close string
 	}{
 		{[][2]float64{{110, 120}, {115, 108}, {118, 119}}, " (a cache line went between the two CPUs and back in 108–120 ns around the rounds)\n", ""},
-		{[][2]float64{{110, 540}, {115, 108}, {118, 119}}, "108–540 ns around the rounds; in round 1 it took 2x the quickest or 300 ns or more: the host had put the two vCPUs far apart",
+		{[][2]float64{{110, 540}, {115, 108}, {118, 119}}, "108–540 ns around the rounds; in round 1 it took 2x the quickest and 100 ns more, or 300 ns or more: the host had put the two vCPUs far apart",
 			"the 2 rounds with the two vCPUs close (2, 3): medians (min–max)"},
 		{[][2]float64{{108, 120}, {530, 550}, {0, 216}}, "108–550 ns around the rounds; in rounds 2, 3 it took 2x", ""},
 		{[][2]float64{{0, 0}, {280, 0}, {0, 0}}, "280–280 ns around the rounds)\n", ""},
-		{[][2]float64{{0, 0}, {377, 0}, {0, 542}}, "377–542 ns around the rounds; in rounds 2, 3 it took 2x the quickest or 300 ns or more", ""},
+		{[][2]float64{{0, 0}, {377, 0}, {0, 542}}, "377–542 ns around the rounds; in rounds 2, 3 it took 2x the quickest and 100 ns more, or 300 ns or more", ""},
+		// One quick reading: twice it, but not 100 ns more, is not far.
+		{[][2]float64{{59, 106}, {118, 139}, {108, 114}}, " (a cache line went between the two CPUs and back in 59–139 ns around the rounds)\n", ""},
 	} {
 		for i, r := range rounds {
 			r.LineRT = tc.rts[i]
