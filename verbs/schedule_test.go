@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/internal/link"
 )
@@ -73,8 +74,29 @@ func TestWriteSchedule(t *testing.T) {
 		rec.mu.Lock()
 		got := slices.Clone(rec.writes)
 		rec.mu.Unlock()
+		// The WRs after the signaled one are still in flight: their ACK,
+		// arriving while the next case posts, would run a turn of its own
+		// on the reader's goroutine and split the next schedule.
+		acked(t, ea)
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%d WRITEs, the %dth signaled, went out in writes of %v packets, want %v", tc.wrs, tc.signaled, got, tc.want)
+		}
+	}
+}
+
+// acked waits until e's QP has nothing unacknowledged (its transport's
+// timers are off) and its device's workers have run what that took.
+func acked(t *testing.T, e *endpoint) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+		var d int64
+		e.qp.w.call(func() { d = e.qp.t.Deadline() })
+		if d == 0 {
+			settle(e.dev)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the QP's packets were never all acknowledged")
 		}
 	}
 }
