@@ -178,7 +178,7 @@ type router struct {
 	dst     netip.Addr // the packets' destination address
 	used    int        // pkts[:used] may need a buffer or their full length back
 	spare   *rxBatch   // a batch run inline, kept for the next (no trip to batchPool)
-	polled  int64      // a poller's router: the nanotime of the poll being routed
+	polled  int64      // a poller's router: the nanotime of the poll being routed; 0 in any other
 
 	// A busy poller's router runs every batch on its own goroutine when
 	// the worker is idle, and leaves the ACKs that come of it queued for
@@ -523,12 +523,8 @@ func (r *router) deliver(w *worker, bt *rxBatch) bool {
 	//   - everything a busy poller reads.
 	if (r.poller || bt.n <= inlineBatch || bt.lent[0]) && w.tryInline() {
 		w.handleEvent(event{kind: evPackets, batch: bt})
-		if r.poller {
-			w.finishTurn(r.polled)
-		} else {
-			w.finish()
-		}
-		r.spare = bt // emptied: the next batch's
+		w.finishTurn(r.polled) // 0 but in a poller's router: finish
+		r.spare = bt           // emptied: the next batch's
 		return true
 	}
 	// The worker gets copies of what the link lent: the loan ends when

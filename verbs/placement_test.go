@@ -24,22 +24,7 @@ func TestColdWrites(t *testing.T) {
 			a, b := newEndpoint(t, da, 1<<20), newEndpoint(t, db, 1<<20)
 			connect(t, a, b, MTU1024)
 			fill(a.buf, 3)
-			sizes := []int{100<<10 + 5, 4 << 10, 100<<10 + 1, 4<<10 + 3}
-			for i, n := range sizes {
-				_, err := a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-					SGL: []SGE{a.mr.SGE(i*1000, n)}, RemoteAddr: b.mr.Addr() + uint64(i<<18) + 1, RKey: b.mr.RKey()}})
-				must(t, err)
-				if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
-					t.Fatalf("WRITE %d: %+v", i, wc)
-				}
-			}
-			settle(db)
-			for i, n := range sizes {
-				off := i<<18 + 1
-				if !bytes.Equal(b.buf[off:off+n], a.buf[i*1000:i*1000+n]) || b.buf[off-1] != 0 || b.buf[off+n] != 0 {
-					t.Errorf("WRITE %d (%d bytes): target differs from source", i, n)
-				}
-			}
+			writeEach(t, a, b, 0, 1)
 			if got := db.Counters()["cold_writes"]; got != 2 {
 				t.Errorf("cold_writes %d, want 2", got)
 			}
@@ -62,22 +47,7 @@ func TestColdSources(t *testing.T) {
 			a, b := newEndpoint(t, da, 1<<20), newEndpoint(t, db, 1<<20)
 			connect(t, a, b, MTU4096)
 			fill(a.buf, 5)
-			sizes := []int{100<<10 + 5, 4 << 10, 100<<10 + 1, 4<<10 + 3}
-			for i, n := range sizes {
-				_, err := a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-					SGL: []SGE{a.mr.SGE(i*1000+3, n)}, RemoteAddr: b.mr.Addr() + uint64(i<<18), RKey: b.mr.RKey()}})
-				must(t, err)
-				if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
-					t.Fatalf("WRITE %d: %+v", i, wc)
-				}
-			}
-			settle(db)
-			for i, n := range sizes {
-				off := i << 18
-				if !bytes.Equal(b.buf[off:off+n], a.buf[i*1000+3:i*1000+3+n]) {
-					t.Errorf("WRITE %d (%d bytes): target differs from source", i, n)
-				}
-			}
+			writeEach(t, a, b, 3, 0)
 			if got := da.Counters()["cold_sources"]; got != 2 {
 				t.Errorf("cold_sources %d, want 2", got)
 			}
@@ -85,5 +55,29 @@ func TestColdSources(t *testing.T) {
 				t.Errorf("the responder counted %d cold sources, want 0", got)
 			}
 		})
+	}
+}
+
+// writeEach has a send RDMA WRITEs of 100 KiB + 5, 4 KiB, 100 KiB + 1 and
+// 4 KiB + 3 bytes to b, one after another, WRITE i from a's buffer at
+// i*1000+srcOff to b's at i<<18+dstOff, and checks that each target holds
+// its source and the bytes beside it are untouched.
+func writeEach(t *testing.T, a, b *endpoint, srcOff, dstOff int) {
+	t.Helper()
+	sizes := []int{100<<10 + 5, 4 << 10, 100<<10 + 1, 4<<10 + 3}
+	for i, n := range sizes {
+		_, err := a.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL: []SGE{a.mr.SGE(i*1000+srcOff, n)}, RemoteAddr: b.mr.Addr() + uint64(i<<18+dstOff), RKey: b.mr.RKey()}})
+		must(t, err)
+		if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {
+			t.Fatalf("WRITE %d: %+v", i, wc)
+		}
+	}
+	settle(b.dev)
+	for i, n := range sizes {
+		src, off := i*1000+srcOff, i<<18+dstOff
+		if !bytes.Equal(b.buf[off:off+n], a.buf[src:src+n]) || off > 0 && b.buf[off-1] != 0 || b.buf[off+n] != 0 {
+			t.Errorf("WRITE %d (%d bytes): target differs from source", i, n)
+		}
 	}
 }
