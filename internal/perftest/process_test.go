@@ -173,6 +173,9 @@ func TestTools(t *testing.T) {
 		{"ib_read_bw", []string{"-q", "4", "-n", "100", "-s", "8192"}, 1},
 		{"ib_send_bw", []string{"-q", "4", "-n", "100", "-s", "8192"}, 1},
 		{"ib_atomic_bw", []string{"-q", "4", "-n", "100"}, 1},
+		// QPs in three words of the client's set of QPs with room, each
+		// refilled many times: one the set lost would never finish.
+		{"ib_write_bw", []string{"-q", "130", "-n", "24", "-s", "1024", "-t", "4", "-l", "2"}, 1},
 		{"ib_write_bw", []string{"-b", "-n", "200", "-s", "8192"}, 1},
 		{"ib_read_bw", []string{"-b", "-n", "200", "-s", "8192"}, 1},
 		{"ib_send_bw", []string{"-b", "-n", "200", "-s", "8192"}, 1},
@@ -258,15 +261,21 @@ func checkRow(t *testing.T, p *Params, r []float64, i int) {
 }
 
 // TestRateLimit: perftest's software rate limiter keeps the average at or
-// below the limit (a slower machine can only lower it).
+// below the limit (a slower machine can only lower it), with one QP and
+// with several sharing the bursts.
 func TestRateLimit(t *testing.T) {
-	args := []string{"-n", "300", "-s", "4096", "--rate_limit=0.05", "--rate_limit_type=SW"} // 0.05 Gb/s = 5.96 MiB/s
-	_, cli := runPair(t, "ib_write_bw", args...)
-	rows := table(t, cli, resultFmt)
-	if len(rows) != 1 || rows[0][1] != 300 {
-		t.Fatalf("rows %v", rows)
-	}
-	if limit := 0.05e9 / 8 / (1 << 20); rows[0][3] > limit*1.5 || rows[0][3] <= 0 {
-		t.Errorf("average %v MiB/s with a limit of %.2f MiB/s", rows[0][3], limit)
+	for _, qps := range []int{1, 3} {
+		t.Run(fmt.Sprint(qps), func(t *testing.T) {
+			args := []string{"-q", fmt.Sprint(qps), "-n", fmt.Sprint(300 / qps), "-s", "4096",
+				"--rate_limit=0.05", "--rate_limit_type=SW"} // 0.05 Gb/s = 5.96 MiB/s
+			_, cli := runPair(t, "ib_write_bw", args...)
+			rows := table(t, cli, resultFmt)
+			if len(rows) != 1 || rows[0][1] != 300 {
+				t.Fatalf("rows %v", rows)
+			}
+			if limit := 0.05e9 / 8 / (1 << 20); rows[0][3] > limit*1.5 || rows[0][3] <= 0 {
+				t.Errorf("average %v MiB/s with a limit of %.2f MiB/s", rows[0][3], limit)
+			}
+		})
 	}
 }

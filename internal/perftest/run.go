@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -451,6 +453,7 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 		t.posted, t.completed = make([]int64, total), make([]int64, total)
 	}
 	scnt, ccnt := make([]int, n), make([]int, n)
+	room := newQPSet(n)
 	wrs := make([][]verbs.SendWR, n)
 	for i := range wrs {
 		wrs[i] = make([]verbs.SendWR, p.PostList)
@@ -497,7 +500,12 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 				}
 			}
 		}
-		for i := range n {
+		// perftest visits every QP on each pass and posts to those with
+		// room; a QP's room comes only from its completions, so the pass
+		// visits the QPs in room, in the same order, and makes the same
+		// posts (with 1024 QPs a pass over all of them took 3 % of the
+		// client's CPU).
+		for i := range room.members() {
 			if gap > 0 && burst == 0 { // the software rate limiter: one burst per gap
 				if time.Now().Before(nextBurst) {
 					continue
@@ -528,6 +536,9 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 				if gap > 0 {
 					burst = max(burst-p.PostList, 0)
 				}
+			}
+			if scnt[i] >= iters || scnt[i]-ccnt[i]+p.PostList > p.TxDepth {
+				room.remove(i) // until a completion makes room
 			}
 		}
 		if totC >= totS || want >= 0 && totC >= want {
@@ -561,6 +572,7 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 			}
 			ccnt[i] += k
 			totC += k
+			room.add(i)
 			if sampling {
 				sampled += k
 			}
@@ -582,6 +594,36 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 		t.iters = total
 	}
 	return t, nil
+}
+
+// qpSet is a set of QP indexes, a bit each, which iterates in index
+// order.
+type qpSet []uint64
+
+// newQPSet returns the set of QPs 0 to n-1.
+func newQPSet(n int) qpSet {
+	s := make(qpSet, (n+63)/64)
+	for i := range n {
+		s.add(i)
+	}
+	return s
+}
+
+func (s qpSet) add(i int)    { s[i>>6] |= 1 << (i & 63) }
+func (s qpSet) remove(i int) { s[i>>6] &^= 1 << (i & 63) }
+
+// members yields the QPs in s in index order; the loop may remove the
+// QP it is given.
+func (s qpSet) members() iter.Seq[int] {
+	return func(yield func(int) bool) {
+		for wi, word := range s {
+			for ; word != 0; word &= word - 1 {
+				if !yield(wi<<6 + bits.TrailingZeros64(word)) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // prepare tops every QP's receive queue up to RxDepth before a send

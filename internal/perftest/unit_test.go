@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -389,5 +390,34 @@ func TestCPUProfile(t *testing.T) {
 	}
 	if _, err := startCPUProfile(filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.prof")); err == nil {
 		t.Fatal("a profile in a missing directory started")
+	}
+}
+
+// TestQPSet: the bandwidth client's set of QPs with room yields its
+// members in index order across words, and a loop may remove the member
+// it is given without losing the rest.
+func TestQPSet(t *testing.T) {
+	s := newQPSet(130)
+	var got []int
+	for i := range s.members() {
+		got = append(got, i)
+		if i%3 != 0 {
+			s.remove(i)
+		}
+	}
+	if len(got) != 130 || got[0] != 0 || got[129] != 129 || !slices.IsSorted(got) {
+		t.Fatalf("first pass yielded %d QPs: %v", len(got), got)
+	}
+	s.add(64)
+	got = slices.Collect(s.members())
+	want := []int{0}
+	for i := 3; i < 130; i += 3 {
+		if i > 64 && want[len(want)-1] < 64 {
+			want = append(want, 64)
+		}
+		want = append(want, i)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("second pass %v, want %v", got, want)
 	}
 }
