@@ -33,20 +33,23 @@ type budgetWait struct {
 }
 
 // minGrant is the fewest PSNs a budget grants a QP that asks for more:
-// a whole send window (MaxUnackedPSNs), eight 64 KiB messages at MTU
-// 4096. Handing out PSNs a few at a time, as ACKs return them, would cut
-// messages into short bursts that each ask for an ACK, and a QP among
+// two of rxe's send windows (MaxUnackedPSNs), sixteen 64 KiB messages at
+// MTU 4096. Handing out PSNs a few at a time, as ACKs return them, would
+// cut messages into short bursts that each ask for an ACK, and a QP among
 // hundreds would send one message per turn, every turn on per-QP state
 // that the other QPs' payloads have pushed out of the cache. 64 instead
 // of 16 (a message at a time): 256 and 1024 QPs between two processes
 // moved 1.32× and 1.11× the bytes in one sitting, 1.29× and 1.21× in
 // another (docs/perf/HISTORY.md, sixteenth round); 128 instead of 64:
 // 1.06× and 1.13×, ahead in 8 and 10 of 10 rotated rounds, 16 QPs 1.05×,
-// one QP and 64-byte messages unchanged (twenty-first round).
+// one QP and 64-byte messages unchanged (twenty-first round); 256
+// instead of 128: over the same-host path 1.09× and 1.10× in close runs
+// (ahead in 6 of 7 and 5 of 6 rotated rounds), over UDP 1.05× and 1.03×,
+// one QP unchanged (twenty-eighth round).
 // The price is paid in a long queue: a QP waits for the grants of the
-// QPs ahead of it, now up to 128 PSNs each; with a budget of 1024, eight
+// QPs ahead of it, now up to 256 PSNs each; with a budget of 1024, four
 // QPs send at a time.
-const minGrant = MaxUnackedPSNs
+const minGrant = 2 * MaxUnackedPSNs
 
 // grantAhead is how far past the message it starts a requester asks its
 // budget for: the PSNs of the SENDs and WRITEs queued behind it, up to
@@ -134,11 +137,11 @@ func (b *Budget) leave(qp *QP) {
 	b.give(n) // also serves those that waited behind qp
 }
 
-// maxTake is the most PSNs a requester asks its budget for at once: a
-// budget must be able to grant it. A READ of more response packets than
-// this goes once it holds maxTake; its responses overdraw what the QP
-// holds until they arrive.
-const maxTake = MaxUnackedPSNs
+// maxTake is the most PSNs a requester asks its budget for at once, a
+// grant's worth: a budget must be able to grant it. A READ of more
+// response packets than this goes once it holds maxTake; its responses
+// overdraw what the QP holds until they arrive.
+const maxTake = minGrant
 
 // inFlight returns the PSNs sent and not yet acknowledged.
 func (r *requester) inFlight(qp *QP) int { return max(r.maxPSN.Diff(qp.comp.psn), 0) }

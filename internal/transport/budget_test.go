@@ -56,23 +56,23 @@ func TestBudgetGrants(t *testing.T) {
 	}
 }
 
-// TestBudgetOneQP: a QP with a 512-PSN window and a 128-PSN budget sends
-// 128 packets, the last asking for an ACK, and then only as ACKs give
+// TestBudgetOneQP: a QP with a 512-PSN window and a budget of maxTake
+// PSNs sends maxTake packets, the last asking for an ACK, and then only as ACKs give
 // PSNs back; the message completes with nothing sent twice, and the
 // budget is whole at the end.
 func TestBudgetOneQP(t *testing.T) {
 	h := newHarness(t, 256, nil)
-	b := NewBudget(128, func(*QP) {})
+	b := NewBudget(maxTake, func(*QP) {})
 	h.a.qp.cfg.Window, h.a.qp.cfg.Budget = 512, b
 	h.post(h.a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []memory.SGE{h.a.sge(0, 1000*256)},
 		RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()})
 	h.a.qp.Progress(h)
 	first := h.a.env.take()
-	if len(first) != 128 {
-		t.Fatalf("%d packets sent without an ACK, want 128", len(first))
+	if len(first) != maxTake {
+		t.Fatalf("%d packets sent without an ACK, want %d", len(first), maxTake)
 	}
 	var last wire.Packet
-	must(t, last.Parse(first[127].Buf))
+	must(t, last.Parse(first[maxTake-1].Buf))
 	if !last.BTH.AckReq() {
 		t.Error("the packet that uses the budget's last PSN does not ask for an ACK")
 	}
@@ -84,8 +84,8 @@ func TestBudgetOneQP(t *testing.T) {
 	if len(h.sent) != 1000 {
 		t.Errorf("%d packets sent, want 1000 (none twice)", len(h.sent))
 	}
-	if b.Available() != 128 || h.a.qp.req.held != 0 {
-		t.Errorf("at the end: budget %d, the QP holds %d; want 128 and 0", b.Available(), h.a.qp.req.held)
+	if b.Available() != maxTake || h.a.qp.req.held != 0 {
+		t.Errorf("at the end: budget %d, the QP holds %d; want %d and 0", b.Available(), h.a.qp.req.held, maxTake)
 	}
 }
 
@@ -93,7 +93,8 @@ func TestBudgetOneQP(t *testing.T) {
 // flight together than it holds; resends after losses take none; both
 // WRITEs complete and the budget is whole at the end.
 func TestBudgetShared(t *testing.T) {
-	b := NewBudget(128, func(*QP) {})
+	const size = maxTake // the smallest budget
+	b := NewBudget(size, func(*QP) {})
 	hs := []*harness{newHarness(t, 256, nil), newHarness(t, 256, nil)}
 	for i, h := range hs {
 		h.a.qp.cfg.Window, h.a.qp.cfg.Budget = 512, b
@@ -113,14 +114,14 @@ func TestBudgetShared(t *testing.T) {
 		for _, h := range hs {
 			h.a.qp.Progress(h)
 			h.b.qp.Progress(h)
-			if in := hs[0].a.qp.req.inFlight(hs[0].a.qp) + hs[1].a.qp.req.inFlight(hs[1].a.qp); in > 128 {
-				t.Fatalf("round %d: %d PSNs in flight, budget 128", round, in)
+			if in := hs[0].a.qp.req.inFlight(hs[0].a.qp) + hs[1].a.qp.req.inFlight(hs[1].a.qp); in > size {
+				t.Fatalf("round %d: %d PSNs in flight, budget %d", round, in, size)
 			}
 			held := 0
 			for _, x := range hs {
 				held += x.a.qp.req.held + x.a.qp.budget.aside
 			}
-			if held+b.Available() != 128 {
+			if held+b.Available() != size {
 				t.Fatalf("round %d: QPs hold or have set aside %d, budget has %d: PSNs lost or made", round, held, b.Available())
 			}
 			pa, pb := h.a.env.take(), h.b.env.take()
@@ -147,8 +148,8 @@ func TestBudgetShared(t *testing.T) {
 			t.Errorf("%d packets sent: nothing was resent, the test lost nothing", len(h.sent))
 		}
 	}
-	if b.Available() != 128 {
-		t.Errorf("at the end the budget has %d, want 128", b.Available())
+	if b.Available() != size {
+		t.Errorf("at the end the budget has %d, want %d", b.Available(), size)
 	}
 }
 
@@ -177,15 +178,15 @@ func TestBudgetWants(t *testing.T) {
 		want   int
 	}{
 		{"one 16-packet WRITE", 512, func(h *harness) []SendWR { return []SendWR{write(h, 16*256, 0)} }, 16},
-		{"twelve 16-packet WRITEs: grantAhead's worth", 512, func(h *harness) []SendWR {
-			return slices.Repeat([]SendWR{write(h, 16*256, SendSignaled)}, 12)
+		{"twenty 16-packet WRITEs: grantAhead's worth", 512, func(h *harness) []SendWR {
+			return slices.Repeat([]SendWR{write(h, 16*256, SendSignaled)}, 20)
 		}, grantAhead},
 		{"40 one-packet WRITEs", 512, func(h *harness) []SendWR { return slices.Repeat([]SendWR{write(h, 64, 0)}, 40) }, 40},
 		{"60 one-packet WRITEs: all of them", 512, func(h *harness) []SendWR {
 			return slices.Repeat([]SendWR{write(h, 64, 0)}, 60)
 		}, 60},
-		{"a 20-packet WRITE and 130 more packets: capped at grantAhead", 512, func(h *harness) []SendWR {
-			return []SendWR{write(h, 20*256, 0), write(h, 60*256, 0), write(h, 70*256, 0)}
+		{"a 20-packet WRITE and 280 more packets: capped at grantAhead", 512, func(h *harness) []SendWR {
+			return []SendWR{write(h, 20*256, 0), write(h, 130*256, 0), write(h, 150*256, 0)}
 		}, grantAhead},
 		{"a READ stops it", 512, func(h *harness) []SendWR {
 			return []SendWR{write(h, 16*256, 0), read(h, 256), write(h, 16*256, 0)}
@@ -193,7 +194,7 @@ func TestBudgetWants(t *testing.T) {
 		{"a fenced WRITE stops it", 512, func(h *harness) []SendWR {
 			return []SendWR{write(h, 16*256, 0), write(h, 16*256, SendFence), write(h, 16*256, 0)}
 		}, 16},
-		{"a 200-packet WRITE: maxTake", 512, func(h *harness) []SendWR { return []SendWR{write(h, 200*256, 0)} }, maxTake},
+		{"a 400-packet WRITE: maxTake", 512, func(h *harness) []SendWR { return []SendWR{write(h, 400*256, 0)} }, maxTake},
 		{"a window of 32", 32, func(h *harness) []SendWR { return slices.Repeat([]SendWR{write(h, 16*256, 0)}, 8) }, 32},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
