@@ -439,7 +439,9 @@ func (qp *QP) kickInline() {
 // 4 MiB at MTU 4096, what a peer's default 4 MiB socket buffer takes.
 // With 256 and 1024 busy QPs the windows alone (32 PSNs each) made
 // hundreds to thousands of ACK timeouts per 320 MiB, and at 1024 QPs some
-// QPs ran out of retries; with the budget there are none.
+// QPs ran out of retries; with the budget there are none. A worker's share
+// is at least a grant's worth (256 PSNs), so a device with more than four
+// workers (Config.Workers) has that many times 256 PSNs in flight at most.
 const (
 	sendWindow = 512
 	sendBudget = 1024

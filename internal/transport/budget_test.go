@@ -57,9 +57,9 @@ func TestBudgetGrants(t *testing.T) {
 }
 
 // TestBudgetOneQP: a QP with a 512-PSN window and a budget of maxTake
-// PSNs sends maxTake packets, the last asking for an ACK, and then only as ACKs give
-// PSNs back; the message completes with nothing sent twice, and the
-// budget is whole at the end.
+// PSNs sends maxTake packets, the last asking for an ACK, and then only
+// as ACKs give PSNs back; the message completes with nothing sent twice,
+// and the budget is whole at the end.
 func TestBudgetOneQP(t *testing.T) {
 	h := newHarness(t, 256, nil)
 	b := NewBudget(maxTake, func(*QP) {})
