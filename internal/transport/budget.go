@@ -45,7 +45,7 @@ type budgetWait struct {
 // one QP and 64-byte messages unchanged (twenty-first round); 256
 // instead of 128: over the same-host path 1.09× and 1.10× in close runs
 // (ahead in 6 of 7 and 5 of 6 rotated rounds), over UDP 1.05× and 1.03×,
-// one QP unchanged (twenty-eighth round).
+// one QP within the noise (twenty-eighth round).
 // The price is paid in a long queue: a QP waits for the grants of the
 // QPs ahead of it, now up to 256 PSNs each; with a budget of 1024, four
 // QPs send at a time.
