@@ -40,8 +40,8 @@ import "sync/atomic"
 // buffers); asked for cold messages only, 1024 QPs writing 64 KiB each
 // between two processes over UDP moved 1.02–1.08× the bytes in rotated
 // runs with the vCPUs close (docs/perf/HISTORY.md, twenty-seventh
-// round). A QP's turn sends up to sixteen messages from one source, so only
-// the first is cold.
+// round). A QP's turn sends up to sixteen messages from one source, so
+// only the first is cold.
 type Placement struct {
 	// Distance is the reuse distance in bytes from which a message is
 	// placed with non-temporal stores, or its source prefetched; 0
