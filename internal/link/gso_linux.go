@@ -175,7 +175,7 @@ func (u *UDP) readGRO(pkts []Packet, wait, lend bool) (int, error) {
 			}
 			g.k, g.next = k, 0
 		}
-		var c rxCount
+		c := rxCount{flow: u.rdFlow}
 		n := 0
 		for n < len(pkts) && (g.off > 0 || g.next < g.k) {
 			if g.off == 0 && !u.startDatagram(g, m, &c) {
@@ -239,6 +239,7 @@ func (u *UDP) readGRO(pkts []Packet, wait, lend bool) (int, error) {
 func (u *UDP) startDatagram(g *groReader, m *mmsg, c *rxCount) bool {
 	i := g.next
 	g.next++
+	c.datagrams++
 	// Truncation cannot happen with 64 KiB buffers, but a length past them
 	// is never trusted; segments too short are counted as they are split.
 	size, peer, ce, seg, ok := u.datagram(m, i, 1, c)

@@ -127,9 +127,9 @@ type Stats struct {
 	Oversized  uint64 // dropped on receive: longer than the read buffer's capacity
 
 	// SocketDrops counts datagrams the kernel dropped on the link's
-	// socket before the link could read them, almost always because the
+	// sockets before the link could read them, almost always because a
 	// receive buffer was full (UDP links, SO_RXQ_OVFL; as of the last
-	// datagram read, so drops show once traffic resumes).
+	// datagram read from each socket, so drops show once traffic resumes).
 	SocketDrops uint64
 	SendErrors  uint64 // WriteBatch calls that stopped on an error
 
@@ -143,6 +143,11 @@ type Stats struct {
 	// could not be, or whose IPv4 ID counter could not be learned, and
 	// send every datagram with its address.
 	ConnectedPorts, UnconnectedPorts uint64
+
+	// FlowSockets counts the sockets a UDP link opened for one
+	// connection's datagrams (0 or 1; see UDP), FlowDatagrams the
+	// datagrams read from them.
+	FlowSockets, FlowDatagrams uint64
 
 	// IDRecoveries counts IPv4 packets received whose IP ID was not the
 	// one the link expected, and was recovered from the ICRC (some 0.2 µs
@@ -281,7 +286,10 @@ type counters struct {
 	idRecoveries           atomic.Uint64
 	sameHostSent           atomic.Uint64
 	sameHostDrops          atomic.Uint64
-	socketDrops            atomic.Uint64 // the highest drop count a datagram reported
+	socketDrops            atomic.Uint64 // the highest drop count a datagram of the bound socket reported
+	flowDrops              atomic.Uint64 // the same for the flow socket
+	flowSockets            atomic.Uint64
+	flowDatagrams          atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -298,7 +306,9 @@ func (c *counters) snapshot() Stats {
 		ConnectedPorts:   c.connectedPorts.Load(),
 		UnconnectedPorts: c.unconnectedPorts.Load(),
 		IDRecoveries:     c.idRecoveries.Load(),
-		SocketDrops:      c.socketDrops.Load(),
+		SocketDrops:      c.socketDrops.Load() + c.flowDrops.Load(),
+		FlowSockets:      c.flowSockets.Load(),
+		FlowDatagrams:    c.flowDatagrams.Load(),
 		SameHostSent:     c.sameHostSent.Load(),
 		SameHostDrops:    c.sameHostDrops.Load(),
 	}
@@ -309,6 +319,8 @@ type rxCount struct {
 	packets, bytes, icrc, malformed, oversized uint64
 	recovered                                  uint64 // IPv4 IDs recovered from the ICRC
 	drops                                      uint32 // the highest SO_RXQ_OVFL count seen
+	flow                                       bool   // the datagrams came from the flow socket
+	datagrams                                  uint64 // datagrams taken (counted for the flow socket)
 }
 
 // noteDrops records the socket drop count a datagram carried.
@@ -332,10 +344,17 @@ func (c *counters) addRx(r *rxCount) {
 		c.idRecoveries.Add(r.recovered)
 	}
 	// The kernel's count is cumulative (and 32 bits: it wraps after 2^32
-	// drops, which the link does not track).
+	// drops, which the link does not track), one per socket.
+	drops := &c.socketDrops
+	if r.flow {
+		drops = &c.flowDrops
+		if r.datagrams != 0 {
+			c.flowDatagrams.Add(r.datagrams)
+		}
+	}
 	for d := uint64(r.drops); d != 0; {
-		old := c.socketDrops.Load()
-		if d <= old || c.socketDrops.CompareAndSwap(old, d) {
+		old := drops.Load()
+		if d <= old || drops.CompareAndSwap(old, d) {
 			break
 		}
 	}

@@ -153,6 +153,12 @@ type sockFD struct {
 	fd      int
 	set     *sockSet
 	watched bool // fd is in set.ep; only the (one) reader changes it
+	// with, if not nil, is watched and unwatched with this socket, and a
+	// wait in Read tries it too: the link's flow socket, with the bound
+	// one (flowsock_linux.go). gotWith says the last Read's f succeeded
+	// on it.
+	with    *sockFD
+	gotWith bool
 
 	// A wait in Read: waitF (waitStep, bound once, so that a wait
 	// allocates nothing) calls inner, Read's f, and notes why it stopped.
@@ -179,6 +185,7 @@ func (s *sockFD) Read(f func(fd uintptr) bool) error {
 	if set.closed.Load() {
 		return net.ErrClosed
 	}
+	s.gotWith = false
 	if f(uintptr(s.fd)) {
 		return nil
 	}
@@ -191,6 +198,13 @@ func (s *sockFD) Read(f func(fd uintptr) bool) error {
 			return os.NewSyscallError("epoll_ctl", err)
 		}
 		s.watched = true
+	}
+	if w := s.with; w != nil && !w.watched {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(w.fd)}
+		if err := unix.EpollCtl(set.epfd, unix.EPOLL_CTL_ADD, w.fd, &ev); err != nil {
+			return os.NewSyscallError("epoll_ctl", err)
+		}
+		w.watched = true
 	}
 	s.inner, s.interrupted, s.woken = f, false, false
 	err := set.epRC.Read(s.waitF)
@@ -210,7 +224,7 @@ func (s *sockFD) Read(f func(fd uintptr) bool) error {
 
 // waitStep is what the netpoller runs each time the link's epoll set is
 // ready during a Read: it stops the wait on close, interrupt or a
-// same-host wake, and otherwise tries the socket.
+// same-host wake, and otherwise tries the socket and the one with it.
 func (s *sockFD) waitStep(uintptr) bool {
 	set := s.set
 	if set.closed.Load() || set.takeInterrupt() {
@@ -221,12 +235,22 @@ func (s *sockFD) waitStep(uintptr) bool {
 		s.woken = true
 		return true
 	}
-	return s.inner(uintptr(s.fd))
+	if s.inner(uintptr(s.fd)) {
+		return true
+	}
+	if w := s.with; w != nil && s.inner(uintptr(w.fd)) {
+		s.gotWith = true
+		return true
+	}
+	return false
 }
 
 // unwatch takes the socket out of the epoll set, for a busy poller, and
 // returns errInterrupted.
 func (s *sockFD) unwatch() error {
+	if s.with != nil {
+		s.with.unwatch()
+	}
 	if s.watched {
 		s.watched = false
 		if err := unix.EpollCtl(s.set.epfd, unix.EPOLL_CTL_DEL, s.fd, nil); err != nil {

@@ -18,6 +18,7 @@ type sockOpts struct {
 	gso        bool      // sends UDP_SEGMENT super-packets: UDP checksums on IPv4 too
 	gro        bool      // receives with UDP_GRO
 	recvTOS    bool      // reports each datagram's TOS or traffic class (UDPConfig.ReportCE)
+	reusePort  bool      // a flow socket: shares the link's address and port (flowsock_linux.go)
 	ns         *netns.NS // the network namespace to make the socket in; nil: the process's
 }
 
@@ -104,6 +105,11 @@ func (o sockOpts) apply(fd int) error {
 		// that is how all goroce devices on a host receive it.
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 			return fmt.Errorf("SO_REUSEADDR: %w", err)
+		}
+	}
+	if o.reusePort {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			return fmt.Errorf("SO_REUSEPORT: %w", err)
 		}
 	}
 	if o.sendOnly {

@@ -161,7 +161,20 @@ type UDP struct {
 	rd     *mmsg            // guarded by readMu
 	rxHdr  wire.HeaderCache // the received packets' ICRC headers (socket and same-host rings); guarded by readMu
 	ask    readAsk          // how many datagrams a poll asks for; guarded by readMu
-	rxIDs  idGuess          // the IPv4 IDs the peers' next datagrams most likely carry; guarded by readMu
+	turns  flowTurns        // which socket a poll looks at, with a flow socket; guarded by readMu
+	flow   *sockFD          // the flow socket, once the reader took it over (adoptFlow); guarded by readMu
+	rdFlow bool             // the last datagrams read came from the flow socket; guarded by readMu
+
+	// The flow socket (flowsock_linux.go): flowNew holds it from its
+	// opening until the reader takes it over; flowOK says the link may
+	// open one, flowTried that it did or tried (guarded by writeMu), and
+	// flowFD is its descriptor, for Close (-1: none; guarded by writeMu).
+	flowNew   atomic.Pointer[sockFD]
+	flowOK    bool
+	flowTried bool
+	flowFD    int
+	opts      sockOpts // the options the bound socket was opened with
+	rxIDs     idGuess  // the IPv4 IDs the peers' next datagrams most likely carry; guarded by readMu
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 	sh  *sameHost  // nil: no same-host path (UDPConfig.SameHost)
@@ -284,20 +297,27 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 			return nil, fmt.Errorf("link: join %v: %w", a, err)
 		}
 	}
+	// The flow socket shares the port (SO_REUSEPORT); the bound socket
+	// takes the option after its bind, which stays exclusive.
+	flowOK := !opts.group && fault == nil &&
+		unix.SetsockoptInt(sock.fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) == nil
 	u := &UDP{
-		sock:  sock,
-		set:   set,
-		laddr: plain(la),
-		bind:  ip,
-		scope: scope,
-		wbuf:  wbuf,
-		ns:    cfg.NetNS,
-		rd:    newMmsg(),
-		wr:    newMmsg(),
-		stage: make([]byte, 0, MaxBatch*stageSegment),
-		ports: make(map[uint16]*portSocket),
-		fault: fault,
-		gso:   gso,
+		flowOK: flowOK,
+		flowFD: -1,
+		opts:   opts,
+		sock:   sock,
+		set:    set,
+		laddr:  plain(la),
+		bind:   ip,
+		scope:  scope,
+		wbuf:   wbuf,
+		ns:     cfg.NetNS,
+		rd:     newMmsg(),
+		wr:     newMmsg(),
+		stage:  make([]byte, 0, MaxBatch*stageSegment),
+		ports:  make(map[uint16]*portSocket),
+		fault:  fault,
+		gso:    gso,
 	}
 	if gro {
 		u.gro = new(groReader)
@@ -307,7 +327,9 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 			u.Close()
 			return nil, fmt.Errorf("link: listen %v: same-host path: %w", a, err)
 		}
-		u.set.wake = u.sh.woken
+	}
+	if u.sh != nil || u.flowOK {
+		u.set.wake = u.woken
 	}
 	u.fault.startRelease(u.flushHeld)
 	return u, nil
@@ -360,6 +382,11 @@ func (u *UDP) Close() error {
 		if u.probe != nil {
 			u.probe.close()
 		}
+		u.writeMu.Lock()
+		if u.flowFD >= 0 {
+			unix.Close(u.flowFD)
+		}
+		u.writeMu.Unlock()
 		if cerr := unix.Close(u.sock.fd); cerr != nil {
 			err = os.NewSyscallError("close", cerr)
 		}
@@ -497,7 +524,7 @@ func (u *UDP) readSocket(pkts []Packet, wait, lend bool) (int, error) {
 		if k == 0 || err != nil { // without wait, or interrupted
 			return 0, err
 		}
-		var c rxCount
+		c := rxCount{flow: u.rdFlow, datagrams: uint64(k)}
 		n := 0
 		for i := range k {
 			if !u.accept(m, i, &pkts[i], &c) {
@@ -529,7 +556,7 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 	if !wait {
 		asked = u.ask.next(cnt)
 	}
-	k, err := u.rd.readFrom(u.sock, asked, wait)
+	k, err := u.recvFrom(asked, wait)
 	switch {
 	case err == nil:
 		if !wait {
@@ -596,6 +623,7 @@ func (u *UDP) ConnectPort(sport uint16, peer netip.AddrPort) {
 	u.writeMu.Lock()
 	defer u.writeMu.Unlock()
 	u.connectPort(ps, src, peer)
+	u.openFlow(sport, peer)
 }
 
 // Interrupt implements Link.Interrupt: an eventfd in the link's epoll set

@@ -1,0 +1,208 @@
+package link
+
+import (
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+)
+
+// The flow socket: a second receiving socket for one connection.
+//
+// Every datagram for the link arrives at its port (4791), and the kernel
+// finds the socket that takes it when it arrives. For a socket bound to
+// the port alone it looks the socket up in its tables and, off loopback,
+// first routes the datagram in (ip_route_input: the FIB, the source
+// check). For a socket connected to the datagram's source it does both at
+// once, early, from the socket's own cache (early demux, as for an
+// established TCP connection). Across a veth pair that took about 0.3 µs
+// of the sender's sendmmsg, which delivers the datagram into the other
+// namespace: a bare ping-pong of goroce's two-segment datagram, with the
+// reader's socket connected to its peer, 3.30 against 3.66 µs one way
+// (medians of 6 alternating runs); ib_write_lat -s 2 between two
+// namespaces 4.15 against 4.26 and 4.26 against 4.48 µs in two sittings
+// (docs/perf/HISTORY.md, twenty-ninth round). Over loopback the route
+// comes with the datagram and the gain is small.
+//
+// So when a QP connects (ConnectPort, from modify_qp to RTR), the link
+// opens a socket bound to its own address and port, with SO_REUSEPORT,
+// and connected to the peer's address and the connection's source port:
+// rxe and goroce send a connection's packets both ways from the port its
+// flow label gives (srcport.go), which both ends compute from the product
+// of the two QPNs, the same number. A peer that sends from another port
+// reaches the link's bound socket as before; the flow socket then stays
+// empty. The main socket takes SO_REUSEPORT after its bind, so that the
+// bind itself stays exclusive: another link's bind to the same address
+// and port fails as before, having no SO_REUSEPORT when it binds, while
+// the flow socket, which asks for it, may share the port. The kernel gives
+// a datagram to the connected socket that matches its source and to the
+// bound one otherwise (a reuseport group never picks a connected member
+// for other sources).
+//
+// A link has at most one flow socket, the first connection's: every
+// socket is one more place to look, and each look is a system call. The
+// reads take turns (flowTurns) so that a busy poller looks at the flow
+// socket on every poll and at the bound one on one poll in flowMainEvery
+// while that finds nothing. A reader that waits has both sockets in the
+// link's epoll set, and a wake-up sends it round to look at both.
+
+// flowMainEvery is how often a read looks at an idle socket while the
+// other is the one that finds datagrams: one read in flowMainEvery. A
+// datagram on the idle socket waits that many reads at most (some tens of
+// µs of a busy poller's), and the socket is then busy and looked at on
+// every read. A look at the bound socket on one poll in 8 took back more
+// than half of the flow socket's gain in a ping-pong across the veth
+// (4.40 µs one way, against 4.26 with one in 2^30 and 4.48 without a
+// flow socket, 8 rounds each); one in 64 kept it (4.15 against 4.14).
+const flowMainEvery = 64
+
+// openFlow opens the flow socket for the connection from sport to peer,
+// if the link has none yet; u.writeMu is held (ConnectPort).
+func (u *UDP) openFlow(sport uint16, peer netip.AddrPort) {
+	if u.flowTried || !u.flowOK {
+		return
+	}
+	u.flowTried = true
+	u.set.ops.RLock() // keeps the descriptors open (sockSet.close)
+	defer u.set.ops.RUnlock()
+	if u.set.closed.Load() {
+		return
+	}
+	o := u.opts
+	o.reusePort = true
+	s, _, err := openSocket(u.laddr, u.scope, o, u.set)
+	if err != nil {
+		return // the bound socket takes the connection's datagrams
+	}
+	var sa unix.Sockaddr
+	if peer.Addr().Is4() {
+		sa = &unix.SockaddrInet4{Port: int(sport), Addr: peer.Addr().As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Port: int(sport), Addr: peer.Addr().As16(), ZoneId: u.scope}
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}
+	if unix.Connect(s.fd, sa) != nil || unix.EpollCtl(u.set.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev) != nil {
+		unix.Close(s.fd)
+		return
+	}
+	// In the epoll set from the start: a reader waiting now on the bound
+	// socket alone wakes for the flow socket's first datagram (woken) and
+	// takes the socket over (adoptFlow), its watch included.
+	s.watched = true
+	u.flowFD = s.fd
+	u.stats.flowSockets.Add(1)
+	u.flowNew.Store(s)
+}
+
+// adoptFlow returns the flow socket, taking over a new one; u.readMu is
+// held. A socket opened while a busy poller has the reads leaves the epoll
+// set at once, as the bound socket has.
+func (u *UDP) adoptFlow() *sockFD {
+	if u.flow != nil || u.flowNew.Load() == nil {
+		return u.flow
+	}
+	f := u.flowNew.Swap(nil)
+	u.flow, u.sock.with = f, f
+	if !u.sock.watched {
+		f.unwatch()
+	}
+	return f
+}
+
+// woken is the reader's wake check (sockSet.wake): a wait on the bound
+// socket alone ends for a new flow socket as it does for the same-host
+// rings, and the reader takes it over; a wait with the flow socket
+// tries it itself (sockFD.waitStep).
+func (u *UDP) woken() bool {
+	w := u.sh != nil && u.sh.woken()
+	return w || u.flowNew.Load() != nil
+}
+
+// recvFrom reads up to cnt datagrams into u.rd from the flow socket or
+// the bound one; u.readMu is held. A poll looks where flowTurns says; a
+// read that waits waits on both. u.rdFlow tells which socket the
+// datagrams came from.
+func (u *UDP) recvFrom(cnt int, wait bool) (int, error) {
+	for {
+		f := u.adoptFlow()
+		var k int
+		var err error
+		switch {
+		case f == nil:
+			u.rdFlow = false
+			k, err = u.rd.readFrom(u.sock, cnt, wait)
+		case !wait:
+			looks, n := u.turns.plan()
+			for _, flow := range looks[:n] {
+				if k, err = u.look(f, flow, cnt, false); k > 0 || err != nil {
+					break
+				}
+			}
+		default:
+			// The wait is on the bound socket, which has the flow socket
+			// watched with it and tries both (sockFD.with).
+			k, err = u.look(f, false, cnt, true)
+		}
+		if err == errWoken && u.sh == nil {
+			continue // a new flow socket: take it over, and wait on both
+		}
+		return k, err
+	}
+}
+
+// look reads from the flow socket f (flow) or the bound one.
+func (u *UDP) look(f *sockFD, flow bool, cnt int, wait bool) (int, error) {
+	s := u.sock
+	if flow {
+		s = f
+	}
+	k, err := u.rd.readFrom(s, cnt, wait)
+	flow = flow || u.sock.gotWith
+	if err == nil {
+		u.turns.looked(flow, k)
+	}
+	u.rdFlow = flow
+	return k, err
+}
+
+// flowTurns decides where a busy poller's read looks when the link has a
+// flow socket. A socket whose last look found datagrams is busy. The
+// flow socket is looked at on every poll unless only the bound one is
+// busy; the idle one of the two on one poll in flowMainEvery; when both
+// are busy, both, the one that did not bring the last datagrams first
+// (a poll stops at the first look that finds datagrams).
+// A ping-pong's poller thus makes one system call per poll, as without a
+// flow socket, and a stream on either socket leaves the other a look in
+// every flowMainEvery.
+type flowTurns struct {
+	busy     [2]bool // the last look at the bound socket [0] and at the flow socket [1] found datagrams
+	lastFlow bool    // the last look that found datagrams was at the flow socket
+	since    int     // polls since the idle socket was last looked at
+}
+
+// plan returns the sockets the next poll looks at, in order (true: the
+// flow socket), and how many.
+func (t *flowTurns) plan() (looks [2]bool, n int) {
+	if t.busy[0] && t.busy[1] {
+		return [2]bool{!t.lastFlow, t.lastFlow}, 2
+	}
+	busy := !t.busy[0] // the flow socket, unless only the bound one is busy
+	t.since++
+	if t.since < flowMainEvery {
+		return [2]bool{busy}, 1
+	}
+	t.since = 0
+	return [2]bool{!busy, busy}, 2 // the idle one first: the busy one would always answer
+}
+
+// looked notes that a look at the flow socket (flow) or the bound one
+// found k datagrams.
+func (t *flowTurns) looked(flow bool, k int) {
+	i := 0
+	if flow {
+		i = 1
+	}
+	t.busy[i] = k > 0
+	if k > 0 {
+		t.lastFlow = flow
+	}
+}
