@@ -424,7 +424,8 @@ func (d *Device) Close() error {
 // (samehost_pkts, samehost_drops), RDMA WRITEs placed around the cache
 // (cold_writes), messages whose cold source was asked for ahead
 // (cold_sources), and the per-QP UDP sockets (connected_ports,
-// unconnected_ports, ipv4_id_recoveries). `goroce stats` shows the same
+// unconnected_ports, ipv4_id_recoveries, flow_sockets, flow_datagrams).
+// `goroce stats` shows the same
 // numbers from another process.
 func (d *Device) Counters() map[string]uint64 {
 	d.updateLinkCounters()
@@ -441,6 +442,8 @@ func (d *Device) updateLinkCounters() {
 	d.stats.Set(stats.ConnectedPorts, ls.ConnectedPorts)
 	d.stats.Set(stats.UnconnectedPorts, ls.UnconnectedPorts)
 	d.stats.Set(stats.IDRecoveries, ls.IDRecoveries)
+	d.stats.Set(stats.FlowSockets, ls.FlowSockets)
+	d.stats.Set(stats.FlowDatagrams, ls.FlowDatagrams)
 	f := ls.Fault
 	d.stats.Set(stats.FaultDropped, f.Dropped+f.Overflow+f.Discarded)
 	d.stats.Set(stats.FaultDuplicated, f.Duplicated)

@@ -400,7 +400,9 @@ func TestDestroyAfterRemoteWrite(t *testing.T) {
 // TestModifyConnectsPort: moving an RC QP to RTR over UDP connects its
 // source port's socket to the peer (link.PortConnector) before the QP
 // sends anything, so that the first packets do not pay for the socket,
-// connect(2) and the ID probes; the QPs then move data as before.
+// connect(2) and the ID probes, and opens the link's flow socket for the
+// connection, through which its packets then arrive; the QPs move data
+// as before.
 func TestModifyConnectsPort(t *testing.T) {
 	da, db := newUDPDevices(t)
 	a, b := newEndpoint(t, da, 8192), newEndpoint(t, db, 8192)
@@ -426,6 +428,11 @@ func TestModifyConnectsPort(t *testing.T) {
 		if c["connected_ports"] != 1 || c["unconnected_ports"] != 0 || c["ipv4_id_recoveries"] > 1 {
 			t.Errorf("%s: connected_ports %d, unconnected_ports %d, ipv4_id_recoveries %d; want 1, 0, at most 1",
 				d.Name(), c["connected_ports"], c["unconnected_ports"], c["ipv4_id_recoveries"])
+		}
+		// The WRITE's packets reached b, and the ACK a, on the flow socket.
+		if c["flow_sockets"] != 1 || c["flow_datagrams"] == 0 || c["flow_datagrams"] > c["rcvd_pkts"] {
+			t.Errorf("%s: flow_sockets %d, flow_datagrams %d (rcvd_pkts %d); want 1, the packets received",
+				d.Name(), c["flow_sockets"], c["flow_datagrams"], c["rcvd_pkts"])
 		}
 	}
 }

@@ -48,6 +48,8 @@ const (
 	ConnectedPorts                     // per-QP UDP source-port sockets connected to their peer
 	UnconnectedPorts                   //   … that could not be (or whose IPv4 ID counter could not be learned)
 	IDRecoveries                       // IPv4 packets whose IP ID was not the expected one and was recovered from the ICRC
+	FlowSockets                        // UDP sockets connected to a connection's peer for its datagrams (0 or 1)
+	FlowDatagrams                      //   … and the datagrams read from them
 	NumCounters
 )
 
@@ -59,6 +61,7 @@ var names = [NumCounters]string{
 	"fault_dropped", "fault_duplicated", "fault_reordered", "fault_corrupted", "fault_delayed", "fault_ce_marked",
 	"samehost_pkts", "samehost_drops", "cold_writes", "cold_sources",
 	"connected_ports", "unconnected_ports", "ipv4_id_recoveries",
+	"flow_sockets", "flow_datagrams",
 }
 
 func (c Counter) String() string { return names[c] }
