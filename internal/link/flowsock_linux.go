@@ -88,7 +88,7 @@ func (u *UDP) openFlow(sport uint16, peer netip.AddrPort) {
 	// socket alone wakes for the flow socket's first datagram (woken) and
 	// takes the socket over (adoptFlow), its watch included.
 	s.watched = true
-	u.flowFD = s.fd
+	u.flowFD.Store(int32(s.fd) + 1)
 	u.stats.flowSockets.Add(1)
 	u.flowNew.Store(s)
 }

@@ -168,11 +168,12 @@ type UDP struct {
 	// The flow socket (flowsock_linux.go): flowNew holds it from its
 	// opening until the reader takes it over; flowOK says the link may
 	// open one, flowTried that it did or tried (guarded by writeMu), and
-	// flowFD is its descriptor, for Close (-1: none; guarded by writeMu).
+	// flowFD is its descriptor plus one, for Close (0: none; stored under
+	// the sockets' lock, sockSet.ops, shared, and read under it exclusive).
 	flowNew   atomic.Pointer[sockFD]
 	flowOK    bool
 	flowTried bool
-	flowFD    int
+	flowFD    atomic.Int32
 	opts      sockOpts // the options the bound socket was opened with
 	rxIDs     idGuess  // the IPv4 IDs the peers' next datagrams most likely carry; guarded by readMu
 
@@ -303,7 +304,6 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 		unix.SetsockoptInt(sock.fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) == nil
 	u := &UDP{
 		flowOK: flowOK,
-		flowFD: -1,
 		opts:   opts,
 		sock:   sock,
 		set:    set,
@@ -382,11 +382,9 @@ func (u *UDP) Close() error {
 		if u.probe != nil {
 			u.probe.close()
 		}
-		u.writeMu.Lock()
-		if u.flowFD >= 0 {
-			unix.Close(u.flowFD)
+		if fd := u.flowFD.Load() - 1; fd >= 0 {
+			unix.Close(int(fd))
 		}
-		u.writeMu.Unlock()
 		if cerr := unix.Close(u.sock.fd); cerr != nil {
 			err = os.NewSyscallError("close", cerr)
 		}
