@@ -28,7 +28,9 @@ import (
 // and connected to the peer's address and the connection's source port:
 // rxe and goroce send a connection's packets both ways from the port its
 // flow label gives (srcport.go), which both ends compute from the product
-// of the two QPNs, the same number. A peer that sends from another port
+// of the two QPNs, the same number (TestSourcePortGolden checks the rule
+// on every packet of the golden rxe captures, both ways; rdma_cm's ends
+// share the ConnectRequest's flow label). A peer that sends from another port
 // reaches the link's bound socket as before; the flow socket then stays
 // empty. The main socket takes SO_REUSEPORT after its bind, so that the
 // bind itself stays exclusive: another link's bind to the same address
@@ -40,15 +42,16 @@ import (
 //
 // A link has at most one flow socket, the first connection's: every
 // socket is one more place to look, and each look is a system call. The
-// reads take turns (flowTurns) so that a busy poller looks at the flow
-// socket on every poll and at the bound one on one poll in flowMainEvery
-// while that finds nothing. A reader that waits has both sockets in the
-// link's epoll set, and a wake-up sends it round to look at both.
+// reads take turns (flowTurns) so that a busy poller looks on every poll
+// at the socket that brings the datagrams, the flow socket in its
+// connection's ping-pong, the bound one in another's, and at the other
+// on one poll in flowMainEvery. A reader that waits has both sockets in
+// the link's epoll set, and its wait tries both.
 
-// flowMainEvery is how often a read looks at an idle socket while the
-// other is the one that finds datagrams: one read in flowMainEvery. A
-// datagram on the idle socket waits that many reads at most (some tens of
-// µs of a busy poller's), and the socket is then busy and looked at on
+// flowMainEvery is how often a read looks at the socket that did not bring
+// the last datagrams, while the other did or is busy: one read in
+// flowMainEvery. A datagram there waits that many reads at most (some tens
+// of µs of a busy poller's), and the socket is then busy and looked at on
 // every read. A look at the bound socket on one poll in 8 took back more
 // than half of the flow socket's gain in a ping-pong across the veth
 // (4.40 µs one way, against 4.26 with one in 2^30 and 4.48 without a
@@ -102,6 +105,7 @@ func (u *UDP) adoptFlow() *sockFD {
 	}
 	f := u.flowNew.Swap(nil)
 	u.flow, u.sock.with = f, f
+	u.turns.lastFlow = true // the flow socket has every poll until the bound one brings datagrams
 	if !u.sock.watched {
 		f.unwatch()
 	}
@@ -165,18 +169,19 @@ func (u *UDP) look(f *sockFD, flow bool, cnt int, wait bool) (int, error) {
 }
 
 // flowTurns decides where a busy poller's read looks when the link has a
-// flow socket. A socket whose last look found datagrams is busy. The
-// flow socket is looked at on every poll unless only the bound one is
-// busy; the idle one of the two on one poll in flowMainEvery; when both
-// are busy, both, the one that did not bring the last datagrams first
-// (a poll stops at the first look that finds datagrams).
-// A ping-pong's poller thus makes one system call per poll, as without a
-// flow socket, and a stream on either socket leaves the other a look in
-// every flowMainEvery.
+// flow socket. A socket whose last look found datagrams is busy. When
+// one of the two is busy, or when neither is and one brought the last
+// datagrams, that one is looked at on every poll and the other on one
+// poll in flowMainEvery; when both are busy, both, the one that did not
+// bring the last datagrams first (a poll stops at the first look that
+// finds datagrams). A ping-pong's poller thus makes one system call per
+// poll, as without a flow socket, whether its connection is the flow
+// socket's or another's, and a stream on either socket leaves the other
+// a look in every flowMainEvery.
 type flowTurns struct {
 	busy     [2]bool // the last look at the bound socket [0] and at the flow socket [1] found datagrams
-	lastFlow bool    // the last look that found datagrams was at the flow socket
-	since    int     // polls since the idle socket was last looked at
+	lastFlow bool    // the last look that found datagrams was at the flow socket (adoptFlow starts it true)
+	since    int     // polls since the other socket was last looked at
 }
 
 // plan returns the sockets the next poll looks at, in order (true: the
@@ -185,7 +190,10 @@ func (t *flowTurns) plan() (looks [2]bool, n int) {
 	if t.busy[0] && t.busy[1] {
 		return [2]bool{!t.lastFlow, t.lastFlow}, 2
 	}
-	busy := !t.busy[0] // the flow socket, unless only the bound one is busy
+	busy := t.lastFlow // the socket looked at on every poll
+	if t.busy[0] != t.busy[1] {
+		busy = t.busy[1]
+	}
 	t.since++
 	if t.since < flowMainEvery {
 		return [2]bool{busy}, 1

@@ -9,9 +9,10 @@ import (
 )
 
 // TestFlowTurns follows where a busy poller's reads look with a flow
-// socket: every poll at the busy socket (the flow socket when neither
-// is), at the idle one every flowMainEvery polls and first then, and
-// at both, in turns, when both are busy.
+// socket: every poll at the busy socket (when neither is, the one that
+// brought the last datagrams, at first the flow socket), at the other
+// every flowMainEvery polls and first then, and at both, in turns, when
+// both are busy.
 func TestFlowTurns(t *testing.T) {
 	type look struct {
 		flow bool
@@ -52,7 +53,7 @@ func TestFlowTurns(t *testing.T) {
 		finds func(bool) int
 	}{{"both idle", nothing}, {"a stream on the flow socket", onFlow}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var tt flowTurns
+			tt := flowTurns{lastFlow: true} // as adoptFlow starts it
 			mainLooks := 0
 			for i := range 4 * flowMainEvery {
 				got := run(&tt, tc.finds)
@@ -73,7 +74,7 @@ func TestFlowTurns(t *testing.T) {
 		})
 	}
 	t.Run("a stream on the bound socket", func(t *testing.T) {
-		var tt flowTurns
+		tt := flowTurns{lastFlow: true}
 		// Both idle: the bound socket is looked at, and found busy, on the
 		// flowMainEvery-th poll.
 		for i := range flowMainEvery {
@@ -122,6 +123,46 @@ func TestFlowTurns(t *testing.T) {
 		}
 		if mainLooks != 2 {
 			t.Errorf("the idle bound socket looked at %d times in %d polls, want 2", mainLooks, 2*flowMainEvery)
+		}
+	})
+	// A ping-pong on another connection than the flow socket's: its
+	// datagrams come to the bound socket, one every few polls. Once one
+	// has, the bound socket is looked at first on every poll, as the
+	// flow socket is in its own ping-pong, and the flow socket on one in
+	// flowMainEvery.
+	t.Run("a ping-pong on the bound socket", func(t *testing.T) {
+		tt := flowTurns{lastFlow: true}
+		queued, waited := 0, 0 // datagrams on the bound socket, and polls the oldest has waited
+		mainFinds := func(flow bool) int {
+			if flow || queued == 0 {
+				return 0
+			}
+			k := queued
+			queued, waited = 0, 0
+			return k
+		}
+		flowFirst, worst := 0, 0
+		const polls = 20 * flowMainEvery
+		for poll := range polls {
+			if poll%5 == 0 {
+				queued++ // the peer's answer arrives
+			}
+			got := run(&tt, mainFinds)
+			if got[0].flow && poll >= flowMainEvery {
+				flowFirst++
+			}
+			if queued > 0 {
+				waited++
+				if poll >= flowMainEvery {
+					worst = max(worst, waited)
+				}
+			}
+		}
+		// The first datagram waits for the bound socket's turn; after it
+		// each is read by the poll it arrives before.
+		if flowFirst > polls/flowMainEvery || worst > 0 {
+			t.Errorf("after the first answer: the flow socket looked at first on %d of %d polls, an answer waited up to %d polls; want at most one in %d, none",
+				flowFirst, polls-flowMainEvery, worst, flowMainEvery)
 		}
 	})
 }
