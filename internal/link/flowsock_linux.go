@@ -76,21 +76,13 @@ func (u *UDP) openFlow(sport uint16, peer netip.AddrPort) {
 	if err != nil {
 		return // the bound socket takes the connection's datagrams
 	}
-	var sa unix.Sockaddr
-	if peer.Addr().Is4() {
-		sa = &unix.SockaddrInet4{Port: int(sport), Addr: peer.Addr().As4()}
-	} else {
-		sa = &unix.SockaddrInet6{Port: int(sport), Addr: peer.Addr().As16(), ZoneId: u.scope}
-	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}
-	if unix.Connect(s.fd, sa) != nil || unix.EpollCtl(u.set.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev) != nil {
-		unix.Close(s.fd)
-		return
-	}
 	// In the epoll set from the start: a reader waiting now on the bound
 	// socket alone wakes for the flow socket's first datagram (woken) and
 	// takes the socket over (adoptFlow), its watch included.
-	s.watched = true
+	if unix.Connect(s.fd, sockaddr(netip.AddrPortFrom(peer.Addr(), sport), u.scope)) != nil || s.watch() != nil {
+		unix.Close(s.fd)
+		return
+	}
 	u.flowFD.Store(int32(s.fd) + 1)
 	u.stats.flowSockets.Add(1)
 	u.flowNew.Store(s)

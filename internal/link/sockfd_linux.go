@@ -192,19 +192,13 @@ func (s *sockFD) Read(f func(fd uintptr) bool) error {
 	if set.takeInterrupt() {
 		return s.unwatch()
 	}
-	if !s.watched {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}
-		if err := unix.EpollCtl(set.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
-			return os.NewSyscallError("epoll_ctl", err)
-		}
-		s.watched = true
+	if err := s.watch(); err != nil {
+		return err
 	}
-	if w := s.with; w != nil && !w.watched {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(w.fd)}
-		if err := unix.EpollCtl(set.epfd, unix.EPOLL_CTL_ADD, w.fd, &ev); err != nil {
-			return os.NewSyscallError("epoll_ctl", err)
+	if s.with != nil {
+		if err := s.with.watch(); err != nil {
+			return err
 		}
-		w.watched = true
 	}
 	s.inner, s.interrupted, s.woken = f, false, false
 	err := set.epRC.Read(s.waitF)
@@ -243,6 +237,20 @@ func (s *sockFD) waitStep(uintptr) bool {
 		return true
 	}
 	return false
+}
+
+// watch puts the socket into the link's epoll set (for reading), if it
+// is not there.
+func (s *sockFD) watch() error {
+	if s.watched {
+		return nil
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}
+	if err := unix.EpollCtl(s.set.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	s.watched = true
+	return nil
 }
 
 // unwatch takes the socket out of the epoll set, for a busy poller, and
@@ -300,19 +308,25 @@ func (s *sockFD) waitWritable() error {
 	return nil
 }
 
+// sockaddr returns a as a socket address of its family (an IPv4-mapped
+// address as IPv4); scope is an IPv6 link-local address's interface
+// index. Each is built only for its family: As4 panics on an IPv6
+// address.
+func sockaddr(a netip.AddrPort, scope uint32) unix.Sockaddr {
+	if ip := a.Addr().Unmap(); ip.Is4() {
+		return &unix.SockaddrInet4{Port: int(a.Port()), Addr: ip.As4()}
+	}
+	return &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16(), ZoneId: scope}
+}
+
 // openSocket opens a non-blocking UDP socket with options o, bound to a
 // (scope: an IPv6 link-local address's interface index).
 func openSocket(a netip.AddrPort, scope uint32, o sockOpts, set *sockSet) (*sockFD, netip.AddrPort, error) {
-	// Each sockaddr is built only for its family: As4 panics on an IPv6
-	// address.
 	family := unix.AF_INET6
-	var sa unix.Sockaddr
-	if o.is6 {
-		sa = &unix.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16(), ZoneId: scope}
-	} else {
+	if !o.is6 {
 		family = unix.AF_INET
-		sa = &unix.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().Unmap().As4()}
 	}
+	sa := sockaddr(a, scope)
 	var fd int
 	err := o.ns.Do(func() (err error) {
 		fd, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)

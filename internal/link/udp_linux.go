@@ -139,6 +139,12 @@ const maxPortSockets = 1024
 // its IPv4 ID counter (idprobe_linux.go); Stats.ConnectedPorts and
 // UnconnectedPorts count how that went.
 //
+// The flow socket: the first connection (ConnectPort) also gets a socket
+// of its own for the datagrams it receives, bound to the link's address
+// and port and connected to the peer's address and the connection's
+// source port, so that the kernel finds it by early demux; the link reads
+// it along with its bound socket (flowsock_linux.go, Stats.FlowSockets).
+//
 // Packet.CE reports the ECN bits of each datagram received (IP_RECVTOS,
 // IPV6_RECVTCLASS). A packet the fault stage CE-marks leaves with TOS or
 // traffic class 0x03, set by a control message to sendmmsg.
@@ -161,6 +167,7 @@ type UDP struct {
 	rd     *mmsg            // guarded by readMu
 	rxHdr  wire.HeaderCache // the received packets' ICRC headers (socket and same-host rings); guarded by readMu
 	ask    readAsk          // how many datagrams a poll asks for; guarded by readMu
+	rxIDs  idGuess          // the IPv4 IDs the peers' next datagrams most likely carry; guarded by readMu
 	turns  flowTurns        // which socket a poll looks at, with a flow socket; guarded by readMu
 	flow   *sockFD          // the flow socket, once the reader took it over (adoptFlow); guarded by readMu
 	rdFlow bool             // the last datagrams read came from the flow socket; guarded by readMu
@@ -175,7 +182,6 @@ type UDP struct {
 	flowTried bool
 	flowFD    atomic.Int32
 	opts      sockOpts // the options the bound socket was opened with
-	rxIDs     idGuess  // the IPv4 IDs the peers' next datagrams most likely carry; guarded by readMu
 
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 	sh  *sameHost  // nil: no same-host path (UDPConfig.SameHost)
@@ -1066,13 +1072,7 @@ func (u *UDP) connectPort(ps *portSocket, src, dst netip.AddrPort) {
 		return
 	}
 	if !ps.peer.IsValid() {
-		var sa unix.Sockaddr
-		if is4 {
-			sa = &unix.SockaddrInet4{Port: int(dst.Port()), Addr: dst.Addr().As4()}
-		} else {
-			sa = &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16(), ZoneId: u.scope}
-		}
-		if err := unix.Connect(ps.sock.fd, sa); err != nil {
+		if err := unix.Connect(ps.sock.fd, sockaddr(dst, u.scope)); err != nil {
 			u.leaveUnconnected(ps)
 			return
 		}
