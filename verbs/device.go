@@ -424,7 +424,8 @@ func (d *Device) Close() error {
 // (samehost_pkts, samehost_drops), RDMA WRITEs placed around the cache
 // (cold_writes), messages whose cold source was asked for ahead
 // (cold_sources), and the per-QP UDP sockets (connected_ports,
-// unconnected_ports, ipv4_id_recoveries, flow_sockets, flow_datagrams).
+// unconnected_ports, ipv4_id_recoveries, flow_sockets, flow_datagrams,
+// lone_sends, segment_options).
 // `goroce stats` shows the same
 // numbers from another process.
 func (d *Device) Counters() map[string]uint64 {
@@ -444,6 +445,8 @@ func (d *Device) updateLinkCounters() {
 	d.stats.Set(stats.IDRecoveries, ls.IDRecoveries)
 	d.stats.Set(stats.FlowSockets, ls.FlowSockets)
 	d.stats.Set(stats.FlowDatagrams, ls.FlowDatagrams)
+	d.stats.Set(stats.LoneSends, ls.LoneSends)
+	d.stats.Set(stats.SegmentOptions, ls.SegmentOptions)
 	f := ls.Fault
 	d.stats.Set(stats.FaultDropped, f.Dropped+f.Overflow+f.Discarded)
 	d.stats.Set(stats.FaultDuplicated, f.Duplicated)

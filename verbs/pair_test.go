@@ -402,7 +402,7 @@ func TestDestroyAfterRemoteWrite(t *testing.T) {
 // sends anything, so that the first packets do not pay for the socket,
 // connect(2) and the ID probes, and opens the link's flow socket for the
 // connection, through which its packets then arrive; the QPs move data
-// as before.
+// as before, a lone datagram by sendto.
 func TestModifyConnectsPort(t *testing.T) {
 	da, db := newUDPDevices(t)
 	a, b := newEndpoint(t, da, 8192), newEndpoint(t, db, 8192)
@@ -434,5 +434,9 @@ func TestModifyConnectsPort(t *testing.T) {
 			t.Errorf("%s: flow_sockets %d, flow_datagrams %d (rcvd_pkts %d); want 1, the packets received",
 				d.Name(), c["flow_sockets"], c["flow_datagrams"], c["rcvd_pkts"])
 		}
+	}
+	// b's ACK, the one datagram of its write, left by sendto.
+	if c := db.Counters(); c["lone_sends"] == 0 {
+		t.Errorf("%s: lone_sends 0, want the ACK", db.Name())
 	}
 }

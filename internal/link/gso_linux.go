@@ -256,3 +256,76 @@ func (u *UDP) startDatagram(g *groReader, m *mmsg, c *rxCount) bool {
 	g.peer, g.ce, g.seg, g.nextID, g.seen = peer, ce, seg, u.rxIDs.next(peer), false
 	return true
 }
+
+// A lone message, the one datagram of a write, leaves by sendto(2) where
+// it can, not by sendmmsg: the kernel then has no message header to copy
+// in and no control message to parse, and on this kind of VM, where every
+// copy from user memory costs, that is a good part of a small datagram's
+// send (sendto of a ping-pong's two-segment datagram 5.8 µs against 6.3
+// by sendmmsg in a bare loop, twenty-ninth round's machine). It takes a
+// connected port socket (no address) and one I/O vector. A super-packet's
+// segment size is then the socket's own UDP_SEGMENT option: set with
+// setsockopt once two lone super-packets in a row have had that size (a
+// ping-pong's WRITE and the ACK riding with it keep theirs), and kept
+// while they keep it. Once the option is set every message sendmmsg sends
+// from the socket carries its own UDP_SEGMENT control message, 0 for a
+// plain datagram (plainSegments), which overrides the option
+// (udp_cmsg_send); a plain datagram leaves by sendto only if it is no
+// larger than the option's size, which the kernel sends whole
+// (udp_send_skb segments only a datagram longer than the size). The ID
+// probe, which sends plain datagrams, clears the option first
+// (connectPort), and so does a link that stops sending super-packets
+// (sendPlain).
+
+// loneSend reports whether message 0 of m, the only one of a write from
+// ps's socket rc (nil ps: the link's own), can leave by sendto; segSize is
+// its segment size if it is a super-packet. It sets the socket's
+// UDP_SEGMENT option when that is worth a system call.
+func (u *UDP) loneSend(rc *sockFD, ps *portSocket, m *mmsg, segSize int) bool {
+	h := &m.hs[0].hdr
+	if ps == nil || h.Namelen != 0 || h.Iovlen != 1 || h.Iov == nil {
+		return false
+	}
+	if m.segs[0] == 1 {
+		return ps.seg == 0 || uint64(h.Iov.Len) <= uint64(ps.seg)
+	}
+	seg := uint16(segSize)
+	if seg == ps.seg {
+		return true
+	}
+	last := ps.lastSeg
+	ps.lastSeg = seg
+	if seg != last || ps.noSeg {
+		return false
+	}
+	if m.setSegment(rc, int(seg)) != nil {
+		ps.noSeg = true // and the option is as it was
+		return false
+	}
+	ps.seg = seg
+	u.stats.segOptions.Add(1)
+	return true
+}
+
+// plainSegments gives each plain datagram among messages 0..n-1 a
+// UDP_SEGMENT control message of 0, so that the socket's option does not
+// segment it.
+func (m *mmsg) plainSegments(n int) {
+	for j := range n {
+		if m.segs[j] == 1 {
+			b := m.ctls[j].segmentSize(0)
+			h := &m.hs[j].hdr
+			h.Control = &b[0]
+			h.SetControllen(len(b))
+		}
+	}
+}
+
+// idCounter returns the IPv4 ID counter of ps's socket, connected to conn
+// (nil: IDs are 0, for an unconnected socket, IPv6, or nil ps).
+func (ps *portSocket) idCounter(conn netip.AddrPort) *idCount {
+	if ps == nil || !conn.IsValid() || !conn.Addr().Is4() {
+		return nil
+	}
+	return &ps.ids
+}

@@ -149,6 +149,12 @@ type Stats struct {
 	// datagrams read from them.
 	FlowSockets, FlowDatagrams uint64
 
+	// LoneSends counts datagrams sent by sendto, the one datagram of a
+	// write on a connected port socket, instead of sendmmsg (UDP);
+	// SegmentOptions the times a port socket's UDP_SEGMENT option was
+	// set for them.
+	LoneSends, SegmentOptions uint64
+
 	// IDRecoveries counts IPv4 packets received whose IP ID was not the
 	// one the link expected, and was recovered from the ICRC (some 0.2 µs
 	// each; see idGuess).
@@ -290,6 +296,8 @@ type counters struct {
 	flowDrops              atomic.Uint64 // the same for the flow socket
 	flowSockets            atomic.Uint64
 	flowDatagrams          atomic.Uint64
+	loneSends              atomic.Uint64
+	segOptions             atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -309,6 +317,8 @@ func (c *counters) snapshot() Stats {
 		SocketDrops:      c.socketDrops.Load() + c.flowDrops.Load(),
 		FlowSockets:      c.flowSockets.Load(),
 		FlowDatagrams:    c.flowDatagrams.Load(),
+		LoneSends:        c.loneSends.Load(),
+		SegmentOptions:   c.segOptions.Load(),
 		SameHostSent:     c.sameHostSent.Load(),
 		SameHostDrops:    c.sameHostDrops.Load(),
 	}

@@ -53,12 +53,17 @@ type mmsg struct {
 	errno    syscall.Errno
 	recvF    func(fd uintptr) bool
 	sendF    func(fd uintptr) bool
+	loneF    func(fd uintptr) bool
+	segOptF  func(fd uintptr) bool
+	segOpt   int32 // the UDP_SEGMENT option segOptF sets
 }
 
 func newMmsg() *mmsg {
 	m := new(mmsg)
 	m.recvF = m.recv
 	m.sendF = m.send
+	m.loneF = m.sendLone
+	m.segOptF = m.setSegOpt
 	for i := range m.hs {
 		h := &m.hs[i].hdr
 		h.Name = (*byte)(unsafe.Pointer(&m.names[i]))
@@ -134,16 +139,65 @@ func (m *mmsg) setUpRead(i, j int) {
 
 // writeTo sends messages off..off+cnt-1, waiting while the
 // socket buffer is full. It returns how many were sent; the kernel may
-// send fewer than cnt without an error.
-func (m *mmsg) writeTo(rc *sockFD, off, cnt int) (int, error) {
+// send fewer than cnt without an error. lone sends message 0, the only
+// one, by sendto (loneSend says when it can).
+func (m *mmsg) writeTo(rc *sockFD, off, cnt int, lone bool) (int, error) {
 	m.off, m.cnt, m.noWait = off, cnt, false
-	if err := rc.Write(m.sendF); err != nil {
+	f, name := m.sendF, "sendmmsg"
+	if lone {
+		f, name = m.loneF, "sendto"
+	}
+	if err := rc.Write(f); err != nil {
 		return 0, err
 	}
 	if m.errno != 0 {
-		return 0, os.NewSyscallError("sendmmsg", m.errno)
+		return 0, os.NewSyscallError(name, m.errno)
 	}
 	return m.n, nil
+}
+
+// setSegment sets rc's UDP_SEGMENT option to seg.
+func (m *mmsg) setSegment(rc *sockFD, seg int) error {
+	m.segOpt = int32(seg)
+	if err := rc.Write(m.segOptF); err != nil {
+		return err
+	}
+	if m.errno != 0 {
+		return os.NewSyscallError("setsockopt", m.errno)
+	}
+	return nil
+}
+
+func (m *mmsg) setSegOpt(fd uintptr) bool {
+	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT, uintptr(unsafe.Pointer(&m.segOpt)), 4, 0)
+	m.errno = e
+	return true
+}
+
+// sendLone sends message 0 by sendto(2) on its connected socket, with no
+// address and no control message, for writeTo.
+func (m *mmsg) sendLone(fd uintptr) bool {
+	v := m.hs[0].hdr.Iov
+	for {
+		if stamp.Enabled {
+			stamp.Mark(stamp.Send)
+		}
+		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(v.Base)), uintptr(v.Len), 0, 0, 0)
+		if stamp.Enabled {
+			stamp.Close()
+		}
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		case 0:
+			m.n, m.errno = 1, 0
+		default:
+			m.n, m.errno = 0, e
+		}
+		return true
+	}
 }
 
 func (m *mmsg) recv(fd uintptr) bool { return m.call(unix.SYS_RECVMMSG, fd) }

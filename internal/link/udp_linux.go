@@ -223,6 +223,13 @@ type portSocket struct {
 	ids idCount
 	// counted: the socket is counted in Stats.ConnectedPorts.
 	counted bool
+	// seg is the socket's UDP_SEGMENT option (0: unset), the segment
+	// size of what it sends without a control message (loneSend);
+	// lastSeg the segment size of the last lone super-packet it sent;
+	// noSeg: setting the option failed, lone super-packets go with a
+	// control message.
+	seg, lastSeg uint16
+	noSeg        bool
 }
 
 var _ Link = (*UDP)(nil)
@@ -816,22 +823,18 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 			u.stats.portFallbacks.Add(uint64(cnt))
 		}
 		var conn netip.AddrPort // the peer rc is connected to
-		var ids *idCount        // rc's ID counter (connected IPv4)
 		if ps != nil && cnt > 0 {
 			u.connectPort(ps, src, plain(pkts[sent].Peer))
 			conn = ps.peer
-			if conn.Addr().Is4() {
-				ids = &ps.ids
-			}
 		}
 		var k int
 		var b uint64
 		var werr error
 		refused := false
 		if u.gso {
-			k, b, refused, werr = u.sendRuns(rc, src, conn, ids, pkts[sent:sent+cnt])
+			k, b, refused, werr = u.sendRuns(rc, ps, src, conn, pkts[sent:sent+cnt])
 		} else {
-			k, b, werr = u.sendPlain(rc, src, conn, ids, pkts[sent:sent+cnt])
+			k, b, werr = u.sendPlain(rc, ps, src, conn, pkts[sent:sent+cnt])
 		}
 		sent, bytes = sent+k, bytes+b
 		if conn.IsValid() && k == 0 && icmpError(werr) && icmpRetries < MaxBatch {
@@ -879,12 +882,22 @@ func (u *UDP) check(p *Packet, src netip.AddrPort, gather bool) error {
 }
 
 // sendPlain sends pkts (checked, at most MaxBatch) from src on rc, one
-// datagram each, and returns how many went and their bytes. rc is
-// connected to conn (invalid: unconnected); ids is its IPv4 ID counter
-// (nil: IDs are 0).
-func (u *UDP) sendPlain(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts []Packet) (int, uint64, error) {
+// datagram each, and returns how many went and their bytes. rc is ps's
+// socket (nil: the link's own) and connected to conn (invalid:
+// unconnected).
+func (u *UDP) sendPlain(rc *sockFD, ps *portSocket, src, conn netip.AddrPort, pkts []Packet) (int, uint64, error) {
 	m := u.wr
 	defer m.clearBufs(len(pkts))
+	ids := ps.idCounter(conn)
+	if ps != nil && ps.seg != 0 {
+		// The kernel refused a super-packet (u.gso turned off): the
+		// socket's segment size goes too, or its plain datagrams would
+		// be refused as well.
+		if err := m.setSegment(rc, 0); err != nil {
+			return 0, 0, err
+		}
+		ps.seg = 0
+	}
 	for i := range pkts {
 		p := &pkts[i]
 		dst := plain(p.Peer)
@@ -899,8 +912,12 @@ func (u *UDP) sendPlain(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts
 		m.setBuf(i, p.Buf)
 	}
 	sent, bytes := 0, uint64(0)
+	lone := len(pkts) == 1 && u.loneSend(rc, ps, m, 0)
 	for sent < len(pkts) {
-		k, err := m.writeTo(rc, sent, len(pkts)-sent)
+		k, err := m.writeTo(rc, sent, len(pkts)-sent, lone)
+		if lone && k > 0 {
+			u.stats.loneSends.Add(1)
+		}
 		for i := range pkts[sent : sent+k] {
 			bytes += uint64(len(pkts[sent+i].Buf))
 		}
@@ -921,12 +938,14 @@ func (u *UDP) sendPlain(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts
 // sendRuns sends pkts (checked, at most MaxBatch) from src on rc, each run
 // gsoRun finds as one UDP_SEGMENT super-packet whose segment k carries its
 // ICRC over IPv4 ID k, and returns how many packets went and their bytes.
-// refused reports that the error came from a super-packet the kernel would
-// not send as such (EIO, EINVAL): the caller should send it as plain
-// datagrams.
-func (u *UDP) sendRuns(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
+// rc is ps's socket (nil: the link's own) and connected to conn (invalid:
+// unconnected). refused reports that the error came from a send the
+// kernel would not make with a segment size (EIO, EINVAL): the caller
+// should send plain datagrams.
+func (u *UDP) sendRuns(rc *sockFD, ps *portSocket, src, conn netip.AddrPort, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
 	m := u.wr
 	defer m.clearBufs(len(pkts))
+	ids := ps.idCounter(conn)
 	maxBytes := maxGSOBytes(src.Addr().Is6())
 	stage := u.stage[:0]
 	nm := 0
@@ -934,6 +953,7 @@ func (u *UDP) sendRuns(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts 
 	if ids != nil {
 		count = *ids
 	}
+	seg0 := 0 // the segment size of the first message
 	for i := 0; i < len(pkts); nm++ {
 		n := gsoRun(pkts[i:], maxSegments, maxBytes)
 		dst := plain(pkts[i].Peer)
@@ -944,6 +964,9 @@ func (u *UDP) sendRuns(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts 
 			count.advance(n)
 		}
 		seg := pkts[i].size()
+		if nm == 0 {
+			seg0 = seg
+		}
 		if n > 1 && seg <= stageSegment && len(stage)+n*seg <= cap(stage) {
 			// One I/O vector for the super-packet: its segments put
 			// together one after another in the stage.
@@ -972,8 +995,15 @@ func (u *UDP) sendRuns(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts 
 		m.connected(nm, dst == conn)
 		i += n
 	}
+	lone := nm == 1 && u.loneSend(rc, ps, m, seg0)
+	if !lone && ps != nil && ps.seg != 0 {
+		m.plainSegments(nm)
+	}
 	for off := 0; off < nm; {
-		k, werr := m.writeTo(rc, off, nm-off)
+		k, werr := m.writeTo(rc, off, nm-off, lone)
+		if lone && k > 0 {
+			u.stats.loneSends.Add(1)
+		}
 		for _, c := range m.segs[off : off+k] {
 			for i := sent; i < sent+int(c); i++ {
 				bytes += uint64(pkts[i].size()) // a staged packet still has its payload aside
@@ -988,7 +1018,7 @@ func (u *UDP) sendRuns(rc *sockFD, src, conn netip.AddrPort, ids *idCount, pkts 
 			if ids != nil {
 				ids.known = false // the failed message may have taken an ID
 			}
-			refused = m.segs[off] > 1 && (errors.Is(werr, syscall.EIO) || errors.Is(werr, syscall.EINVAL))
+			refused = (m.segs[off] > 1 || lone && ps.seg != 0) && (errors.Is(werr, syscall.EIO) || errors.Is(werr, syscall.EINVAL))
 			return sent, bytes, refused, werr
 		}
 	}
@@ -1082,6 +1112,16 @@ func (u *UDP) connectPort(ps *portSocket, src, dst netip.AddrPort) {
 			u.stats.connectedPorts.Add(1)
 			return
 		}
+	}
+	if ps.seg != 0 {
+		// The probes are plain datagrams or carry their own segment size.
+		if err := unix.SetsockoptInt(ps.sock.fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT, 0); err != nil {
+			disconnect(ps.sock.fd)
+			ps.peer = netip.AddrPort{}
+			u.leaveUnconnected(ps)
+			return
+		}
+		ps.seg = 0
 	}
 	ids, err := u.probe.learn(ps.sock.fd, src, u.gso)
 	if err != nil {

@@ -105,7 +105,7 @@ func (u *UDP) sendOut(out []faultOut) (int, error) {
 			cnt++
 		}
 		for off := 0; off < cnt; {
-			k, err := m.writeTo(rc, off, cnt-off)
+			k, err := m.writeTo(rc, off, cnt-off, false)
 			sent, off = sent+k, off+k
 			if err != nil {
 				m.clearBufs(cnt)

@@ -50,6 +50,8 @@ const (
 	IDRecoveries                       // IPv4 packets whose IP ID was not the expected one and was recovered from the ICRC
 	FlowSockets                        // UDP sockets connected to a connection's peer for its datagrams (0 or 1)
 	FlowDatagrams                      //   … and the datagrams read from them
+	LoneSends                          // UDP datagrams sent alone by sendto from a connected port socket
+	SegmentOptions                     //   … and the times a socket's UDP_SEGMENT option was set for them
 	NumCounters
 )
 
@@ -61,7 +63,7 @@ var names = [NumCounters]string{
 	"fault_dropped", "fault_duplicated", "fault_reordered", "fault_corrupted", "fault_delayed", "fault_ce_marked",
 	"samehost_pkts", "samehost_drops", "cold_writes", "cold_sources",
 	"connected_ports", "unconnected_ports", "ipv4_id_recoveries",
-	"flow_sockets", "flow_datagrams",
+	"flow_sockets", "flow_datagrams", "lone_sends", "segment_options",
 }
 
 func (c Counter) String() string { return names[c] }

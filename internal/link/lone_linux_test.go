@@ -1,0 +1,100 @@
+package link
+
+import (
+	"net/netip"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestLoneSends follows a connected port socket through writes of one
+// datagram, which leave by sendto (Stats.LoneSends), and the UDP_SEGMENT
+// option they set for super-packets (Stats.SegmentOptions): every packet
+// must arrive whole, in order and with the ICRC its IPv4 ID gives it,
+// whether it went by sendto or by sendmmsg beside a socket option that
+// would have segmented it.
+func TestLoneSends(t *testing.T) {
+	needGSO(t)
+	for _, tc := range []struct{ name, a, b string }{{"IPv4", probeA, probeB}, {"IPv6", "::1", "::1"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			a, b := udpPair(t, tc.a, tc.b)
+			sport := SourcePort(0x45)
+			src := netip.AddrPortFrom(a.LocalAddr().Addr(), sport)
+			var ps *portSocket
+			// send writes one batch of packets with these payload sizes
+			// and checks what b reads.
+			send := func(sizes ...int) {
+				t.Helper()
+				pkts := make([]Packet, len(sizes))
+				for i, n := range sizes {
+					pkts[i] = Packet{Buf: buildPacket(make([]byte, MaxPacket), 0x11, uint32(i), n, byte(i)), Peer: b.LocalAddr(), SrcPort: sport}
+				}
+				if k, err := a.WriteBatch(pkts); k != len(pkts) || err != nil {
+					t.Fatalf("WriteBatch%v = %d, %v", sizes, k, err)
+				}
+				checkReceivedIDs(t, readN(t, b, len(pkts)), pkts, wantIDs(a, pkts), src, b.LocalAddr())
+				if ps == nil {
+					ps = a.ports[sport]
+				}
+			}
+			// want checks the counts since the start and the socket's
+			// option, which the link's record must match.
+			want := func(step string, lone, opts uint64, seg int) {
+				t.Helper()
+				s := a.Stats()
+				if s.LoneSends != lone || s.SegmentOptions != opts {
+					t.Errorf("%s: LoneSends %d, SegmentOptions %d; want %d, %d", step, s.LoneSends, s.SegmentOptions, lone, opts)
+				}
+				got, err := unix.GetsockoptInt(ps.sock.fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != seg || int(ps.seg) != seg {
+					t.Errorf("%s: UDP_SEGMENT %d, the link's record %d; want %d", step, got, ps.seg, seg)
+				}
+			}
+			const small = 12 + 8 + 4 // a packet with 8 bytes of payload
+			send(100)
+			want("a plain datagram", 1, 0, 0)
+			send(8, 0)
+			want("a first super-packet", 1, 0, 0) // sendmmsg, its size noted
+			send(8, 0)
+			want("a second of its size", 2, 1, small)
+			send(8, 8, 8)
+			want("three segments of that size", 3, 1, small)
+			send(0)
+			want("a plain datagram within the size", 4, 1, small)
+			send(1000)
+			want("a plain datagram beyond the size", 4, 1, small) // whole, by sendmmsg
+			send(1000, 8, 0, 64)
+			want("several messages", 4, 1, small)
+			send(64, 0)
+			want("a super-packet of another size", 4, 1, small) // its own control message
+
+			lone, opts := uint64(4), uint64(1)
+			if src.Addr().Is4() {
+				// An ID counter learned again clears the option first:
+				// the probes are plain datagrams.
+				a.writeMu.Lock()
+				ps.ids.known = false
+				a.writeMu.Unlock()
+				send(8, 0)
+				want("after learning the counter again", lone, opts, 0)
+				send(8, 0)
+				lone, opts = lone+1, opts+1
+				want("the size again", lone, opts, small)
+			}
+
+			// A link that stops sending super-packets (the kernel refused
+			// one) clears the option before its plain datagrams.
+			a.writeMu.Lock()
+			a.gso = false
+			a.writeMu.Unlock()
+			send(1000, 8)
+			want("plain datagrams", lone, opts, 0)
+			send(100)
+			want("a lone plain datagram", lone+1, opts, 0)
+		})
+	}
+}
