@@ -99,42 +99,67 @@ func BenchmarkPingPongSeq(b *testing.B) {
 func pingPongSeq(b *testing.B, open func(testing.TB) (*Device, *Device)) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	x, y := pairOn(b, open, 1<<16, MTU1024)
+	pp := newPingPong(b, x, y)
+	b.ReportAllocs()
+	b.ResetTimer()
+	pp.rounds(b.N)
+}
+
+// pingPong plays ib_write_lat's exchange between two endpoints on one
+// goroutine: x WRITEs 2 signaled bytes to y, y polls until they land and
+// answers with a WRITE of its own, and each takes the completion of its
+// WRITE, whose ACK came with the peer's answer.
+type pingPong struct {
+	tb     testing.TB
+	x, y   *endpoint
+	xw, yw []SendWR
+	wc     []WC
+	done   uint64 // rounds played
+}
+
+func newPingPong(tb testing.TB, x, y *endpoint) *pingPong {
 	wrs := func(e, peer *endpoint) []SendWR {
 		return []SendWR{{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{e.mr.SGE(0, 2)},
 			RemoteAddr: peer.mr.Addr() + 1024, RKey: peer.mr.RKey()}}
 	}
-	xw, yw := wrs(x, y), wrs(y, x)
-	wc := make([]WC, 4)
-	// until polls e's device until cond holds.
-	until := func(e *endpoint, cond func() bool) {
-		for !cond() {
-			e.dev.BusyPoll(time.Second, cond)
-		}
+	return &pingPong{tb: tb, x: x, y: y, xw: wrs(x, y), yw: wrs(y, x), wc: make([]WC, 4)}
+}
+
+// until polls e's device until cond holds.
+func (p *pingPong) until(e *endpoint, cond func() bool) {
+	for !cond() {
+		e.dev.BusyPoll(time.Second, cond)
 	}
-	post := func(e *endpoint, wr []SendWR) {
-		if _, err := e.qp.PostSend(wr); err != nil {
-			b.Fatal(err)
-		}
+}
+
+func (p *pingPong) post(e *endpoint, wr []SendWR) {
+	if _, err := e.qp.PostSend(wr); err != nil {
+		p.tb.Fatal(err)
 	}
-	// completed takes e's completion of its last WRITE, whose ACK came
-	// with the peer's WRITE.
-	completed := func(e *endpoint) {
-		until(e, func() bool { return e.cq.Len() > 0 })
-		if n := e.cq.Poll(wc); n != 1 || wc[0].Status != WCSuccess {
-			b.Fatalf("%d completions, first %+v", n, wc[0])
-		}
+}
+
+// completed takes e's completion of its last WRITE.
+func (p *pingPong) completed(e *endpoint) {
+	p.until(e, func() bool { return e.cq.Len() > 0 })
+	if n := e.cq.Poll(p.wc); n != 1 || p.wc[0].Status != WCSuccess {
+		p.tb.Fatalf("%d completions, first %+v", n, p.wc[0])
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := uint64(1); i <= uint64(b.N); i++ {
-		post(x, xw)
-		until(y, func() bool { return y.mr.RemoteWrites() >= i })
+}
+
+// rounds plays n more rounds.
+func (p *pingPong) rounds(n int) {
+	x, y := p.x, p.y
+	for range n {
+		p.done++
+		i := p.done
+		p.post(x, p.xw)
+		p.until(y, func() bool { return y.mr.RemoteWrites() >= i })
 		if i > 1 {
-			completed(y)
+			p.completed(y)
 		}
-		post(y, yw)
-		until(x, func() bool { return x.mr.RemoteWrites() >= i })
-		completed(x)
+		p.post(y, p.yw)
+		p.until(x, func() bool { return x.mr.RemoteWrites() >= i })
+		p.completed(x)
 	}
 }
 

@@ -397,6 +397,25 @@ func TestDestroyAfterRemoteWrite(t *testing.T) {
 	}
 }
 
+// TestPingPongLoneSends: in ib_write_lat's exchange over UDP each side's
+// WRITE leaves with the ACK of the peer's last one as one datagram of two
+// segments, alone in its write: by sendto, with the port socket's
+// UDP_SEGMENT option set once, on the second such datagram, and kept
+// (setting it per message would cost a system call each).
+func TestPingPongLoneSends(t *testing.T) {
+	x, y := pairOn(t, newUDPDevices, 1<<16, MTU1024)
+	const rounds = 300
+	newPingPong(t, x, y).rounds(rounds)
+	for _, d := range []*Device{x.dev, y.dev} {
+		c := d.Counters()
+		// The first datagram of two segments leaves by sendmmsg.
+		if c["lone_sends"] < rounds-1 || c["segment_options"] != 1 {
+			t.Errorf("%s after %d rounds: lone_sends %d, segment_options %d; want at least %d, 1",
+				d.Name(), rounds, c["lone_sends"], c["segment_options"], rounds-1)
+		}
+	}
+}
+
 // TestModifyConnectsPort: moving an RC QP to RTR over UDP connects its
 // source port's socket to the peer (link.PortConnector) before the QP
 // sends anything, so that the first packets do not pay for the socket,
