@@ -275,7 +275,8 @@ func (u *UDP) startDatagram(g *groReader, m *mmsg, c *rxCount) bool {
 // (udp_send_skb segments only a datagram longer than the size). The ID
 // probe, which sends plain datagrams, clears the option first
 // (connectPort), and so does a link that stops sending super-packets
-// (sendPlain).
+// (sendPlain). A link with faults sends by its fault stage alone, which
+// never sets the option.
 
 // loneSend reports whether message 0 of m, the only one of a write from
 // ps's socket rc (nil ps: the link's own), can leave by sendto; segSize is
