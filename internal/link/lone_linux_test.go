@@ -1,6 +1,7 @@
 package link
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -96,5 +97,54 @@ func TestLoneSends(t *testing.T) {
 			send(100)
 			want("a lone plain datagram", lone+1, opts, 0)
 		})
+	}
+}
+
+// TestLoneSendsRandom sends random batches from a connected port socket:
+// lone plain datagrams and super-packets of a few sizes, runs of them and
+// mixes, with the ID counter now and then learned again, so that the
+// socket's UDP_SEGMENT option is set, kept and overridden in every order;
+// every packet must arrive whole, in order, with its ICRC.
+func TestLoneSendsRandom(t *testing.T) {
+	needGSO(t)
+	checkNoLeaks(t)
+	a, b := udpPair(t, probeA, probeB)
+	sport := SourcePort(0x46)
+	src := netip.AddrPortFrom(a.LocalAddr().Addr(), sport)
+	rng := rand.New(rand.NewPCG(30, 1))
+	sizes := []int{0, 2, 8, 64, 500, 1000, 4096}
+	for round := range 300 {
+		var batch []int
+		for range 1 + rng.IntN(3) { // runs of one size
+			n := sizes[rng.IntN(len(sizes))]
+			for range 1 + rng.IntN(4) {
+				batch = append(batch, n)
+			}
+			if rng.IntN(2) == 0 { // a shorter last segment, as an ACK after a WRITE
+				batch = append(batch, 0)
+			}
+		}
+		if rng.IntN(3) == 0 { // a lone packet, plain or of two segments
+			batch = batch[:1+rng.IntN(min(2, len(batch)))]
+		}
+		pkts := make([]Packet, len(batch))
+		for i, n := range batch {
+			pkts[i] = Packet{Buf: buildPacket(make([]byte, MaxPacket), 0x11, uint32(i), n, byte(round+i)), Peer: b.LocalAddr(), SrcPort: sport}
+		}
+		if rng.IntN(40) == 0 && round > 0 {
+			a.writeMu.Lock()
+			a.ports[sport].ids.known = false
+			a.writeMu.Unlock()
+		}
+		if k, err := a.WriteBatch(pkts); k != len(pkts) || err != nil {
+			t.Fatalf("round %d: WriteBatch%v = %d, %v", round, batch, k, err)
+		}
+		checkReceivedIDs(t, readN(t, b, len(pkts)), pkts, wantIDs(a, pkts), src, b.LocalAddr())
+		if t.Failed() {
+			t.Fatalf("round %d: batch %v", round, batch)
+		}
+	}
+	if s := a.Stats(); s.LoneSends == 0 || s.SegmentOptions == 0 || s.ICRCErrors != 0 || b.Stats().ICRCErrors != 0 {
+		t.Errorf("LoneSends %d, SegmentOptions %d, ICRC errors %d and %d; want some, some, none", s.LoneSends, s.SegmentOptions, s.ICRCErrors, b.Stats().ICRCErrors)
 	}
 }
