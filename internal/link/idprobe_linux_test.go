@@ -200,15 +200,19 @@ func TestConnectedPortRelearnFails(t *testing.T) {
 
 // TestConnectedPortICMP: a connected socket reports the ICMP port
 // unreachable a datagram to a closed port drew by failing the next send,
-// which never left; the link sends again, as an unconnected socket (which
-// never hears of ICMP errors) would have, and its ID count stays right.
+// which never left, whether by sendmmsg or by a lone sendto; the link
+// sends again, as an unconnected socket (which never hears of ICMP
+// errors) would have, and its ID count stays right.
 func TestConnectedPortICMP(t *testing.T) {
 	checkNoLeaks(t)
 	a, b := udpPair(t, probeA, probeB)
 	closed := freePort(t, "127.0.0.2") // nobody listens
 	sport := SourcePort(0x43)
-	for round := range 3 {
+	for round := range 6 {
 		pkts := batch(4, closed)
+		if round >= 3 {
+			pkts = pkts[:1] // a lone datagram, sent by sendto
+		}
 		for i := range pkts {
 			pkts[i].SrcPort = sport
 		}
@@ -216,8 +220,8 @@ func TestConnectedPortICMP(t *testing.T) {
 			t.Fatalf("round %d: WriteBatch = %d, %v; want %d, nil", round, n, err, len(pkts))
 		}
 	}
-	if s := a.Stats(); s.SendErrors != 0 || s.ConnectedPorts != 1 {
-		t.Errorf("SendErrors %d, ConnectedPorts %d; want 0, 1", s.SendErrors, s.ConnectedPorts)
+	if s := a.Stats(); s.SendErrors != 0 || s.ConnectedPorts != 1 || s.LoneSends != 3 {
+		t.Errorf("SendErrors %d, ConnectedPorts %d, LoneSends %d; want 0, 1, 3", s.SendErrors, s.ConnectedPorts, s.LoneSends)
 	}
 	// An ICMP error pending when the counter must be learned again fails
 	// the first probe's send, which learn sends again.
