@@ -322,10 +322,19 @@ func (m *mmsg) plainSegments(n int) {
 	}
 }
 
-// idCounter returns the IPv4 ID counter of ps's socket, connected to conn
-// (nil: IDs are 0, for an unconnected socket, IPv6, or nil ps).
-func (ps *portSocket) idCounter(conn netip.AddrPort) *idCount {
-	if ps == nil || !conn.IsValid() || !conn.Addr().Is4() {
+// conn returns the peer ps's socket is connected to (invalid: unconnected,
+// or nil ps: the link's own socket).
+func (ps *portSocket) conn() netip.AddrPort {
+	if ps == nil {
+		return netip.AddrPort{}
+	}
+	return ps.peer
+}
+
+// idCounter returns the IPv4 ID counter of ps's connected socket (nil:
+// IDs are 0, for an unconnected socket, IPv6, or nil ps).
+func (ps *portSocket) idCounter() *idCount {
+	if c := ps.conn(); !c.IsValid() || !c.Addr().Is4() {
 		return nil
 	}
 	return &ps.ids

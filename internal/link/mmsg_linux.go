@@ -174,38 +174,30 @@ func (m *mmsg) setSegOpt(fd uintptr) bool {
 	return true
 }
 
-// sendLone sends message 0 by sendto(2) on its connected socket, with no
-// address and no control message, for writeTo.
-func (m *mmsg) sendLone(fd uintptr) bool {
-	v := m.hs[0].hdr.Iov
-	for {
-		if stamp.Enabled {
-			stamp.Mark(stamp.Send)
-		}
-		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(v.Base)), uintptr(v.Len), 0, 0, 0)
-		if stamp.Enabled {
-			stamp.Close()
-		}
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		case 0:
-			m.n, m.errno = 1, 0
-		default:
-			m.n, m.errno = 0, e
-		}
-		return true
-	}
+func (m *mmsg) recv(fd uintptr) bool {
+	return m.call(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.cnt))
 }
 
-func (m *mmsg) recv(fd uintptr) bool { return m.call(unix.SYS_RECVMMSG, fd) }
-func (m *mmsg) send(fd uintptr) bool { return m.call(unix.SYS_SENDMMSG, fd) }
+func (m *mmsg) send(fd uintptr) bool {
+	return m.call(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.cnt))
+}
 
-// call makes the system call on a non-blocking socket and reports whether
-// it is done (false: wait for the socket to become ready and call again).
-// With noWait, a socket that is not ready is done with 0 messages.
+// sendLone sends message 0 by sendto(2) on its connected socket, with no
+// address and no control message, for writeTo: one message sent, or none.
+func (m *mmsg) sendLone(fd uintptr) bool {
+	v := m.hs[0].hdr.Iov
+	done := m.call(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(v.Base)), uintptr(v.Len))
+	if done && m.errno == 0 {
+		m.n = 1
+	}
+	return done
+}
+
+// call makes the system call trap (recvmmsg, sendmmsg or sendto) on a
+// non-blocking socket with the arguments after the descriptor (the rest
+// 0), and reports whether it is done (false: wait for the socket to
+// become ready and call again); m.n is its result. With noWait, a socket
+// that is not ready is done with 0 messages.
 //
 // The call is raw (unix.RawSyscall6): it does not tell the Go scheduler
 // it is in a system call, and keeps its P. Every socket here is
@@ -222,14 +214,15 @@ func (m *mmsg) send(fd uintptr) bool { return m.call(unix.SYS_SENDMMSG, fd) }
 // 1.14–1.29× the bytes against TCP's, with 0.79–0.91× the CPU per byte.
 // A garbage collection waits for a raw call to return, as for any
 // running goroutine: tens of microseconds.
-func (m *mmsg) call(trap, fd uintptr) bool {
+func (m *mmsg) call(trap, fd, a1, a2 uintptr) bool {
+	send := trap != unix.SYS_RECVMMSG
 	for {
-		if stamp.Enabled && trap == unix.SYS_SENDMMSG {
+		if stamp.Enabled && send {
 			stamp.Mark(stamp.Send)
 		}
-		n, _, e := unix.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&m.hs[m.off])), uintptr(m.cnt), 0, 0, 0)
+		n, _, e := unix.RawSyscall6(trap, fd, a1, a2, 0, 0, 0)
 		if stamp.Enabled {
-			if trap == unix.SYS_SENDMMSG {
+			if send {
 				stamp.Close()
 			} else if e == 0 && n > 0 {
 				stamp.Mark(stamp.Read)

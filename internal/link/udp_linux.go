@@ -805,10 +805,6 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 			err = perr
 			break
 		}
-		rc := u.sock
-		if ps != nil {
-			rc = ps.sock
-		}
 		cnt := 0
 		for sent+cnt < len(pkts) && cnt < MaxBatch && pkts[sent+cnt].SrcPort == pkts[sent].SrcPort {
 			// A gathered payload is put together in Buf as the ICRC is
@@ -832,9 +828,9 @@ func (u *UDP) writeSocket(pkts []Packet) (int, error) {
 		var werr error
 		refused := false
 		if u.gso {
-			k, b, refused, werr = u.sendRuns(rc, ps, src, conn, pkts[sent:sent+cnt])
+			k, b, refused, werr = u.sendRuns(ps, src, pkts[sent:sent+cnt])
 		} else {
-			k, b, werr = u.sendPlain(rc, ps, src, conn, pkts[sent:sent+cnt])
+			k, b, werr = u.sendPlain(ps, src, pkts[sent:sent+cnt])
 		}
 		sent, bytes = sent+k, bytes+b
 		if conn.IsValid() && k == 0 && icmpError(werr) && icmpRetries < MaxBatch {
@@ -881,14 +877,13 @@ func (u *UDP) check(p *Packet, src netip.AddrPort, gather bool) error {
 	return nil
 }
 
-// sendPlain sends pkts (checked, at most MaxBatch) from src on rc, one
-// datagram each, and returns how many went and their bytes. rc is ps's
-// socket (nil: the link's own) and connected to conn (invalid:
-// unconnected).
-func (u *UDP) sendPlain(rc *sockFD, ps *portSocket, src, conn netip.AddrPort, pkts []Packet) (int, uint64, error) {
+// sendPlain sends pkts (checked, at most MaxBatch) from src on ps's
+// socket (nil: the link's own), one datagram each, and returns how many
+// went and their bytes.
+func (u *UDP) sendPlain(ps *portSocket, src netip.AddrPort, pkts []Packet) (int, uint64, error) {
 	m := u.wr
 	defer m.clearBufs(len(pkts))
-	ids := ps.idCounter(conn)
+	rc, conn, ids := u.sockOf(ps), ps.conn(), ps.idCounter()
 	if ps != nil && ps.seg != 0 {
 		// The kernel refused a super-packet (u.gso turned off): the
 		// socket's segment size goes too, or its plain datagrams would
@@ -914,10 +909,7 @@ func (u *UDP) sendPlain(rc *sockFD, ps *portSocket, src, conn netip.AddrPort, pk
 	sent, bytes := 0, uint64(0)
 	lone := len(pkts) == 1 && u.loneSend(rc, ps, m, 0)
 	for sent < len(pkts) {
-		k, err := m.writeTo(rc, sent, len(pkts)-sent, lone)
-		if lone && k > 0 {
-			u.stats.loneSends.Add(1)
-		}
+		k, err := u.writeTo(rc, sent, len(pkts)-sent, lone)
 		for i := range pkts[sent : sent+k] {
 			bytes += uint64(len(pkts[sent+i].Buf))
 		}
@@ -935,17 +927,16 @@ func (u *UDP) sendPlain(rc *sockFD, ps *portSocket, src, conn netip.AddrPort, pk
 	return sent, bytes, nil
 }
 
-// sendRuns sends pkts (checked, at most MaxBatch) from src on rc, each run
-// gsoRun finds as one UDP_SEGMENT super-packet whose segment k carries its
-// ICRC over IPv4 ID k, and returns how many packets went and their bytes.
-// rc is ps's socket (nil: the link's own) and connected to conn (invalid:
-// unconnected). refused reports that the error came from a send the
+// sendRuns sends pkts (checked, at most MaxBatch) from src on ps's socket
+// (nil: the link's own), each run gsoRun finds as one UDP_SEGMENT
+// super-packet whose segment k carries its ICRC over IPv4 ID k, and
+// returns how many packets went and their bytes. refused reports that the error came from a send the
 // kernel would not make with a segment size (EIO, EINVAL): the caller
 // should send plain datagrams.
-func (u *UDP) sendRuns(rc *sockFD, ps *portSocket, src, conn netip.AddrPort, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
+func (u *UDP) sendRuns(ps *portSocket, src netip.AddrPort, pkts []Packet) (sent int, bytes uint64, refused bool, err error) {
 	m := u.wr
 	defer m.clearBufs(len(pkts))
-	ids := ps.idCounter(conn)
+	rc, conn, ids := u.sockOf(ps), ps.conn(), ps.idCounter()
 	maxBytes := maxGSOBytes(src.Addr().Is6())
 	stage := u.stage[:0]
 	nm := 0
@@ -1000,10 +991,7 @@ func (u *UDP) sendRuns(rc *sockFD, ps *portSocket, src, conn netip.AddrPort, pkt
 		m.plainSegments(nm)
 	}
 	for off := 0; off < nm; {
-		k, werr := m.writeTo(rc, off, nm-off, lone)
-		if lone && k > 0 {
-			u.stats.loneSends.Add(1)
-		}
+		k, werr := u.writeTo(rc, off, nm-off, lone)
 		for _, c := range m.segs[off : off+k] {
 			for i := sent; i < sent+int(c); i++ {
 				bytes += uint64(pkts[i].size()) // a staged packet still has its payload aside
@@ -1025,15 +1013,30 @@ func (u *UDP) sendRuns(rc *sockFD, ps *portSocket, src, conn netip.AddrPort, pkt
 	return sent, bytes, false, nil
 }
 
+// sockOf returns ps's socket, or the link's own for nil.
+func (u *UDP) sockOf(ps *portSocket) *sockFD {
+	if ps == nil {
+		return u.sock
+	}
+	return ps.sock
+}
+
+// writeTo is mmsg.writeTo on the link's write state, counting a lone
+// send that went (Stats.LoneSends).
+func (u *UDP) writeTo(rc *sockFD, off, cnt int, lone bool) (int, error) {
+	k, err := u.wr.writeTo(rc, off, cnt, lone)
+	if lone && k > 0 {
+		u.stats.loneSends.Add(1)
+	}
+	return k, err
+}
+
 // portConn returns the socket to send from for a packet's SrcPort and the
 // address that socket sends from. fallback reports that the packet asked for
 // another port and could not have it.
 func (u *UDP) portConn(sport uint16) (rc *sockFD, src netip.AddrPort, fallback bool, err error) {
 	ps, src, fallback, err := u.portSocket(sport)
-	if ps == nil {
-		return u.sock, src, fallback, err
-	}
-	return ps.sock, src, false, nil
+	return u.sockOf(ps), src, fallback, err
 }
 
 // writePort is portSocket for writeSocket, u.writeMu held: the port socket
