@@ -425,9 +425,8 @@ func (d *Device) Close() error {
 // (cold_writes), messages whose cold source was asked for ahead
 // (cold_sources), and the per-QP UDP sockets (connected_ports,
 // unconnected_ports, ipv4_id_recoveries, flow_sockets, flow_datagrams,
-// lone_sends, segment_options).
-// `goroce stats` shows the same
-// numbers from another process.
+// lone_sends, segment_options). `goroce stats` shows the same numbers
+// from another process.
 func (d *Device) Counters() map[string]uint64 {
 	d.updateLinkCounters()
 	return d.stats.Snapshot().Map()
