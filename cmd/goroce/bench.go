@@ -46,7 +46,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
 	veth := fs.Bool("veth", false, "run both ends, goroce and TCP, in two network namespaces made for the run and joined by a veth pair, at "+vethServer.String()+" and "+vethClient.String()+" (root; needs the ip command)")
 	vethMTU := fs.Int("veth-mtu", 9000, "with -veth: the veth pair's MTU (9000 gives RoCE MTU 4096)")
-	targets := fs.Bool("targets", false, "measure issue 8's targets between two processes: goroce's perftest tools and TCP, each end in its own process (takes -s, -n: messages of each bandwidth test in all, split over its QPs, default 40960, -lat-n: default 20000, -rate-n, -qps, -rounds, -samehost, -addrs or -veth)")
+	targets := fs.Bool("targets", false, "measure issue 8's targets between two processes: goroce's perftest tools and TCP, each end in its own process, and the kernel's floor under the latency (a bare UDP ping-pong) (takes -s, -n: messages of each bandwidth test in all, split over its QPs, default 40960, -lat-n: default 20000, -rate-n, -qps, -rounds, -samehost, -addrs or -veth)")
 	rateIters := fs.Int("rate-n", 1_000_000, "with -targets: 64-byte messages of the message rate test")
 	qpList := fs.String("qps", "16,256,1024", "with -targets: the QP counts measured against one QP")
 	fs.Usage = func() {

@@ -175,6 +175,14 @@ func TestBenchTargets(t *testing.T) {
 	if rows != 6 {
 		t.Errorf("%d target rows, want 6:\n%s", rows, o[i:])
 	}
+	// The references beside the latency target: TCP's spinning
+	// ping-pong and the kernel's floor, goroce's datagram between two
+	// bare processes, with goroce's own part.
+	for _, ref := range []string{"  the same, TCP's readers spinning ", "  the same, bare UDP (kernel's floor) ", "  (goroce's own part, its time less the floor: "} {
+		if !strings.Contains(o[i:], "\n "+ref) {
+			t.Errorf("summary lacks %q:\n%s", ref, o[i:])
+		}
+	}
 }
 
 // TestBenchSweep runs a small sweep and checks its three tables and plot.

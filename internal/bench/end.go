@@ -23,11 +23,15 @@ import (
 //	tcp-echo ADDR SIZE                    listen on ADDR, print "port N", echo SIZE-byte messages of one connection
 //	tcp-ping LOCAL SERVER:PORT SIZE N     ping-pong N SIZE-byte messages, print "t_typical X" (µs, one way)
 //	tcp-spin-echo, tcp-spin-ping          tcp-echo and tcp-ping whose reads poll the socket, never blocking
+//	udp-echo ADDR N                       bind ADDR, print "port N", answer N ping-pong datagrams of the first peer
+//	udp-ping LOCAL SERVER:PORT N          ping-pong N datagrams, print "t_typical X" (µs, one way)
 //
 // The TCP ends are the comparison's: one Go TCP stream, or one ping-pong,
 // between two processes, as goroce's two tools run. The spinning
 // ping-pong is the like-for-like reference for goroce's busy-poll
-// latency (spinningReads).
+// latency (spinningReads). The UDP ends ping-pong goroce's own datagram
+// with nothing of RDMA on top (internal/udpping): the kernel's floor
+// under goroce's latency over UDP.
 func End(args []string, stdout, stderr io.Writer) int {
 	if len(args) >= 2 && args[0] == "perftest" {
 		t, ok := perftest.Tools[args[1]]
@@ -37,7 +41,11 @@ func End(args []string, stdout, stderr io.Writer) int {
 		}
 		return perftest.Main(t, args[2:], stdout, stderr)
 	}
-	if err := tcpEnd(args, stdout); err != nil {
+	end := tcpEnd
+	if len(args) > 0 && strings.HasPrefix(args[0], "udp-") {
+		end = floorEnd
+	}
+	if err := end(args, stdout); err != nil {
 		fmt.Fprintf(stderr, "bench end %s: %v\n", strings.Join(args, " "), err)
 		return 1
 	}
@@ -45,7 +53,7 @@ func End(args []string, stdout, stderr io.Writer) int {
 }
 
 // errEndArgs reports arguments End does not know.
-var errEndArgs = errors.New("want perftest TOOL ARGS, tcp-sink ADDR, tcp-source LOCAL SERVER:PORT SIZE N, tcp-[spin-]echo ADDR SIZE or tcp-[spin-]ping LOCAL SERVER:PORT SIZE N")
+var errEndArgs = errors.New("want perftest TOOL ARGS, tcp-sink ADDR, tcp-source LOCAL SERVER:PORT SIZE N, tcp-[spin-]echo ADDR SIZE, tcp-[spin-]ping LOCAL SERVER:PORT SIZE N, udp-echo ADDR N or udp-ping LOCAL SERVER:PORT N")
 
 // tcpEnd runs one of End's TCP ends.
 func tcpEnd(args []string, stdout io.Writer) error {

@@ -23,7 +23,9 @@ import (
 // over one stream, or ping-ponging the same messages: once with reads
 // that block, as Go's do (the target's reference), and once with reads
 // that spin, as goroce's busy-poll mode does (printed beside it, no
-// target of its own). Each round runs
+// target of its own); and two bare processes ping-pong goroce's own
+// datagram over UDP (End's udp-ends), the kernel's floor under goroce's
+// latency, which tells goroce's own part. Each round runs
 // every measurement once, goroce and TCP alternating which goes first;
 // the summary gives each figure's median and range, each ratio taken
 // within its round, and the distance of each median to its target.
@@ -129,6 +131,7 @@ type TargetRound struct {
 	CPUPerGB, TCPCPUPerGB float64   // CPU seconds of both processes per GB moved
 	Lat, TCPLat           float64   // t_typical of 2-byte messages, µs one way
 	TCPSpinLat            float64   // the same over TCP with readers that spin (spinningReads)
+	FloorLat              float64   // the same datagrams as goroce's between two bare processes over UDP (internal/udpping); 0: not measured
 	Rate                  float64   // 64-byte messages, millions per second
 	QPBW                  []float64 // MiB/s at each of TargetsConfig.QPs
 	QPRef                 []float64 // MiB/s of one QP, run right before or after each QPBW's
@@ -156,8 +159,12 @@ func (t *TargetRound) lineMax() float64 { return max(t.LineRT[0], t.LineRT[1]) }
 // line is the round's figures on one line.
 func (t *TargetRound) line(cfg TargetsConfig) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d B %.0f MiB/s, TCP %.0f (%.2fx); CPU s/GB %.2f, TCP %.2f; 2 B %.2f us, TCP %.2f, spinning %.2f; 64 B %.2f M/s",
-		cfg.Size, t.BW, t.TCPBW, t.BW/t.TCPBW, t.CPUPerGB, t.TCPCPUPerGB, t.Lat, t.TCPLat, t.TCPSpinLat, t.Rate)
+	fmt.Fprintf(&b, "%d B %.0f MiB/s, TCP %.0f (%.2fx); CPU s/GB %.2f, TCP %.2f; 2 B %.2f us, TCP %.2f, spinning %.2f",
+		cfg.Size, t.BW, t.TCPBW, t.BW/t.TCPBW, t.CPUPerGB, t.TCPCPUPerGB, t.Lat, t.TCPLat, t.TCPSpinLat)
+	if t.FloorLat > 0 {
+		fmt.Fprintf(&b, ", UDP floor %.2f", t.FloorLat)
+	}
+	fmt.Fprintf(&b, "; 64 B %.2f M/s", t.Rate)
 	for i, q := range cfg.QPs {
 		fmt.Fprintf(&b, "; %d QPs %.2fx", q, t.QPBW[i]/t.QPRef[i])
 	}
@@ -281,6 +288,15 @@ func printTable(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 		cell(func(r *TargetRound) float64 { return lat(r) / spin(r) }, "%.2fx"), "(reference)")
 	if f := medianOf(rounds, tcpLat) / medianOf(rounds, spin); f > 2 {
 		fmt.Fprintf(out, "   (TCP's blocking ping-pong took %.1fx its spinning one: waking the other process costs most of it on this host, so the latency verdict above says more about the host than about goroce)\n", f)
+	}
+	// The kernel's floor over UDP: goroce's datagrams between two bare
+	// processes; goroce's figure less the floor is its own part.
+	if floor := func(r *TargetRound) float64 { return r.FloorLat }; medianOf(rounds, floor) > 0 {
+		fmt.Fprintf(out, row, "  the same, bare UDP (kernel's floor)", "", cell(lat, "%.2f"), cell(floor, "%.2f"),
+			cell(func(r *TargetRound) float64 { return lat(r) / floor(r) }, "%.2fx"), "(reference)")
+		if own := medianOf(rounds, func(r *TargetRound) float64 { return lat(r) - floor(r) }); own > 0 {
+			fmt.Fprintf(out, "   (goroce's own part, its time less the floor: %.2f us one way)\n", own)
+		}
 	}
 	line("ib_write_bw 64 B [M msg/s]", targetRate, "%.2f", func(r *TargetRound) float64 { return r.Rate }, nil, nil)
 	for i, q := range cfg.QPs {
@@ -440,7 +456,13 @@ func (r *targetRun) measure(i int, t *TargetRound) (*TargetRound, error) {
 				return err
 			}
 		}
-		return nil
+		// Then the kernel's floor: goroce's datagram between two bare
+		// processes, in the same place as the TCP ends.
+		out, _, err := r.floor(lat)
+		if err == nil {
+			t.FloorLat, err = endFigure(out, "t_typical")
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -519,6 +541,23 @@ func (r *targetRun) tcp(srv []string, client string, args ...string) (string, ti
 	})
 	if err != nil {
 		return "", 0, fmt.Errorf("TCP %s: %w", client, err)
+	}
+	return out, cpu, nil
+}
+
+// floor runs End's UDP ends, n ping-pongs of goroce's datagram between
+// two bare processes, in the TCP ends' environment and places.
+func (r *targetRun) floor(n string) (string, time.Duration, error) {
+	out, cpu, err := r.pair(r.tcpEnv, []string{"udp-echo", r.cfg.Server.String(), n}, "\n", func(srvOut string) ([]string, error) {
+		var port int
+		if _, err := fmt.Sscanf(srvOut, "port %d\n", &port); err != nil {
+			return nil, fmt.Errorf("UDP end printed %q, want \"port N\"", srvOut)
+		}
+		server := netip.AddrPortFrom(r.cfg.Server, uint16(port)).String()
+		return []string{"udp-ping", r.cfg.Client.String(), server, n}, nil
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("UDP floor: %w", err)
 	}
 	return out, cpu, nil
 }

@@ -45,9 +45,9 @@ func TestTargetVerdict(t *testing.T) {
 func TestPrintTargets(t *testing.T) {
 	cfg := TargetsConfig{QPs: []int{16, 1024}}
 	rounds := []*TargetRound{
-		{BW: 2000, TCPBW: 1000, CPUPerGB: 0.9, TCPCPUPerGB: 1, Lat: 8, TCPLat: 8, TCPSpinLat: 5, Rate: 1.2, QPBW: []float64{1800, 1000}, QPRef: []float64{2000, 2000}},
-		{BW: 3000, TCPBW: 2000, CPUPerGB: 0.8, TCPCPUPerGB: 1, Lat: 9, TCPLat: 10, TCPSpinLat: 6, Rate: 1.6, QPBW: []float64{2400, 2850}, QPRef: []float64{3000, 3000}},
-		{BW: 1000, TCPBW: 1000, CPUPerGB: 1.2, TCPCPUPerGB: 1, Lat: 6, TCPLat: 4, TCPSpinLat: 3, Rate: 1.4, QPBW: []float64{1000, 800}, QPRef: []float64{1100, 1000}},
+		{BW: 2000, TCPBW: 1000, CPUPerGB: 0.9, TCPCPUPerGB: 1, Lat: 8, TCPLat: 8, TCPSpinLat: 5, FloorLat: 4, Rate: 1.2, QPBW: []float64{1800, 1000}, QPRef: []float64{2000, 2000}},
+		{BW: 3000, TCPBW: 2000, CPUPerGB: 0.8, TCPCPUPerGB: 1, Lat: 9, TCPLat: 10, TCPSpinLat: 6, FloorLat: 5, Rate: 1.6, QPBW: []float64{2400, 2850}, QPRef: []float64{3000, 3000}},
+		{BW: 1000, TCPBW: 1000, CPUPerGB: 1.2, TCPCPUPerGB: 1, Lat: 6, TCPLat: 4, TCPSpinLat: 3, FloorLat: 3, Rate: 1.4, QPBW: []float64{1000, 800}, QPRef: []float64{1100, 1000}},
 	}
 	var b bytes.Buffer
 	PrintTargets(&b, cfg, rounds)
@@ -58,6 +58,8 @@ func TestPrintTargets(t *testing.T) {
 		"CPU seconds per GB, both processes     ≤ 1x TCP     0.90 (0.80–1.20)         1.00 (1.00–1.00)         0.90x (0.80x–1.20x)  met",
 		"ib_write_lat 2 B t_typical [usec]      ≤ 0.5x TCP   8.00 (6.00–9.00)         8.00 (4.00–10.00)        1.00x (0.90x–1.50x)  2.00x short",
 		"  the same, TCP's readers spinning                  8.00 (6.00–9.00)         5.00 (3.00–6.00)         1.60x (1.50x–2.00x)  (reference)",
+		"  the same, bare UDP (kernel's floor)               8.00 (6.00–9.00)         4.00 (3.00–5.00)         2.00x (1.80x–2.00x)  (reference)",
+		"   (goroce's own part, its time less the floor: 4.00 us one way)",
 		"ib_write_bw 64 B [M msg/s]             ≥ 1.5 M/s    1.40 (1.20–1.60)",
 		"1.07x short",
 		"ib_write_bw 65536 B, 16 QPs [MiB/s]    ≥ 0.9x 1 QP  1800 (1000–2400)                                  0.90x (0.80x–0.91x)  met",
@@ -72,6 +74,16 @@ func TestPrintTargets(t *testing.T) {
 	}
 	if strings.Contains(out, "blocking ping-pong took") {
 		t.Errorf("a note on TCP's wake-ups where its blocking ping-pong took 1.6x its spinning one:\n%s", out)
+	}
+	// Rounds that did not measure the floor (0, as where it cannot be)
+	// print neither its row nor goroce's own part.
+	for _, r := range rounds {
+		r.FloorLat = 0
+	}
+	b.Reset()
+	PrintTargets(&b, cfg, rounds)
+	if out := b.String(); strings.Contains(out, "floor") || strings.Contains(out, "own part") {
+		t.Errorf("a floor row without a floor measured:\n%s", out)
 	}
 	// A blocking TCP ping-pong that mostly waits for wake-ups is named as such.
 	for _, r := range rounds {
@@ -143,7 +155,8 @@ func TestEndFigure(t *testing.T) {
 // TestEndArgs: an end given arguments it does not know says so and fails.
 func TestEndArgs(t *testing.T) {
 	for _, args := range [][]string{nil, {"tcp-sink"}, {"tcp-echo", "127.0.0.1", "0"}, {"tcp-ping", "127.0.0.2", "127.0.0.1:1", "2", "x"},
-		{"tcp-source", "nowhere", "127.0.0.1:1", "2", "3"}, {"tcp-spin-sink", "127.0.0.1"}, {"tcp-spin-echo", "127.0.0.1"}, {"perftest", "ib_nothing_bw"}, {"udp-sink", "127.0.0.1"}} {
+		{"tcp-source", "nowhere", "127.0.0.1:1", "2", "3"}, {"tcp-spin-sink", "127.0.0.1"}, {"tcp-spin-echo", "127.0.0.1"}, {"perftest", "ib_nothing_bw"}, {"udp-sink", "127.0.0.1"},
+		{"udp-echo", "127.0.0.1"}, {"udp-echo", "127.0.0.1", "0"}, {"udp-echo", "nowhere", "5"}, {"udp-ping", "127.0.0.2", "127.0.0.1", "5"}, {"udp-ping", "127.0.0.2", "127.0.0.1:1"}} {
 		var out, errb bytes.Buffer
 		if code := End(args, &out, &errb); code == 0 || errb.Len() == 0 {
 			t.Errorf("End(%q): exit %d, stderr %q; want a failure that says why", args, code, errb.String())
@@ -219,6 +232,8 @@ func TestTargetsOrder(t *testing.T) {
 			out = "t_typical 10\n"
 		case what == "tcp-spin-ping":
 			out = "t_typical 4\n"
+		case what == "udp-ping":
+			out = "t_typical 3\n"
 		default:
 			t.Errorf("unexpected end %q", args)
 		}
@@ -232,12 +247,12 @@ func TestTargetsOrder(t *testing.T) {
 	}
 	goroceFirst := []string{
 		"ib_write_bw server", "ib_write_bw", "tcp-sink server", "tcp-source",
-		"ib_write_lat server", "ib_write_lat", "tcp-echo server", "tcp-ping", "tcp-spin-echo server", "tcp-spin-ping",
+		"ib_write_lat server", "ib_write_lat", "tcp-echo server", "tcp-ping", "tcp-spin-echo server", "tcp-spin-ping", "udp-echo server", "udp-ping",
 		"ib_write_bw server", "ib_write_bw", "ib_write_bw server", "ib_write_bw -q 1", "ib_write_bw server", "ib_write_bw -q 16",
 	}
 	tcpFirst := []string{
 		"tcp-sink server", "tcp-source", "ib_write_bw server", "ib_write_bw",
-		"tcp-echo server", "tcp-ping", "tcp-spin-echo server", "tcp-spin-ping", "ib_write_lat server", "ib_write_lat",
+		"tcp-echo server", "tcp-ping", "tcp-spin-echo server", "tcp-spin-ping", "udp-echo server", "udp-ping", "ib_write_lat server", "ib_write_lat",
 		"ib_write_bw server", "ib_write_bw", "ib_write_bw server", "ib_write_bw -q 16", "ib_write_bw server", "ib_write_bw -q 1",
 	}
 	if want := append(slices.Clone(goroceFirst), tcpFirst...); !slices.Equal(started, want) {
@@ -245,7 +260,7 @@ func TestTargetsOrder(t *testing.T) {
 	}
 	for i, r := range rounds {
 		wantRT := [2]float64{float64(200*i + 100), float64(200*i + 200)} // before and after each round
-		if r.BW != 2000 || r.TCPBW != 1000 || r.Lat != 5 || r.TCPLat != 10 || r.TCPSpinLat != 4 || r.Rate != 1 || !slices.Equal(r.QPBW, []float64{1500}) || !slices.Equal(r.QPRef, []float64{1800}) || r.LineRT != wantRT {
+		if r.BW != 2000 || r.TCPBW != 1000 || r.Lat != 5 || r.TCPLat != 10 || r.TCPSpinLat != 4 || r.FloorLat != 3 || r.Rate != 1 || !slices.Equal(r.QPBW, []float64{1500}) || !slices.Equal(r.QPRef, []float64{1800}) || r.LineRT != wantRT {
 			t.Errorf("round %d: %+v", i+1, *r)
 		}
 	}
