@@ -532,12 +532,8 @@ func (r *targetRun) tool(name string, args ...string) (string, time.Duration, er
 // client's output and both processes' CPU time.
 func (r *targetRun) tcp(srv []string, client string, args ...string) (string, time.Duration, error) {
 	out, cpu, err := r.pair(r.tcpEnv, srv, "\n", func(srvOut string) ([]string, error) {
-		var port int
-		if _, err := fmt.Sscanf(srvOut, "port %d\n", &port); err != nil {
-			return nil, fmt.Errorf("TCP end printed %q, want \"port N\"", srvOut)
-		}
-		server := netip.AddrPortFrom(r.cfg.Server, uint16(port)).String()
-		return append([]string{client, r.cfg.Client.String(), server}, args...), nil
+		server, err := r.serverPort(srvOut)
+		return append([]string{client, r.cfg.Client.String(), server}, args...), err
 	})
 	if err != nil {
 		return "", 0, fmt.Errorf("TCP %s: %w", client, err)
@@ -549,17 +545,23 @@ func (r *targetRun) tcp(srv []string, client string, args ...string) (string, ti
 // two bare processes, in the TCP ends' environment and places.
 func (r *targetRun) floor(n string) (string, time.Duration, error) {
 	out, cpu, err := r.pair(r.tcpEnv, []string{"udp-echo", r.cfg.Server.String(), n}, "\n", func(srvOut string) ([]string, error) {
-		var port int
-		if _, err := fmt.Sscanf(srvOut, "port %d\n", &port); err != nil {
-			return nil, fmt.Errorf("UDP end printed %q, want \"port N\"", srvOut)
-		}
-		server := netip.AddrPortFrom(r.cfg.Server, uint16(port)).String()
-		return []string{"udp-ping", r.cfg.Client.String(), server, n}, nil
+		server, err := r.serverPort(srvOut)
+		return []string{"udp-ping", r.cfg.Client.String(), server, n}, err
 	})
 	if err != nil {
 		return "", 0, fmt.Errorf("UDP floor: %w", err)
 	}
 	return out, cpu, nil
+}
+
+// serverPort returns the server's address with the port its end printed
+// ("port N"), as the client end's argument.
+func (r *targetRun) serverPort(srvOut string) (string, error) {
+	var port uint16
+	if _, err := fmt.Sscanf(srvOut, "port %d\n", &port); err != nil {
+		return "", fmt.Errorf("the server end printed %q, want \"port N\"", srvOut)
+	}
+	return netip.AddrPortFrom(r.cfg.Server, port).String(), nil
 }
 
 // pair starts the server end, waits until its output holds ready, starts

@@ -67,17 +67,20 @@ func TestSegments(t *testing.T) {
 	}
 }
 
-// TestLateServer has the server start answering late: the client's
-// starts queue up at it, and their answers must not be taken for the
-// answers to timed messages (then some of those would be left unread).
+// TestLateServer has the server answer late: three starts of the client
+// already wait in its socket when Ping sends its own, and their answers
+// must not be taken for the answers to timed messages (then some of
+// those would be left unread).
 func TestLateServer(t *testing.T) {
 	const n = 100
 	s, c := dialPair(t, 2)
+	for range 3 {
+		if err := c.send(start); err != nil {
+			t.Fatal(err)
+		}
+	}
 	done := make(chan error, 1)
-	go func() {
-		time.Sleep(350 * time.Millisecond) // four starts wait in the socket
-		done <- s.Serve(n, 5*time.Second)
-	}()
+	go func() { done <- s.Serve(n, 5*time.Second) }()
 	oneWay, err := c.Ping(n, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
