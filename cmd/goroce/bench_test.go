@@ -177,8 +177,10 @@ func TestBenchTargets(t *testing.T) {
 	}
 	// The references beside the latency target: TCP's spinning
 	// ping-pong and the kernel's floor, goroce's datagram between two
-	// bare processes, with goroce's own part.
-	for _, ref := range []string{"  the same, TCP's readers spinning ", "  the same, bare UDP (kernel's floor) ", "  (goroce's own part, its time less the floor: "} {
+	// bare processes. (The note of goroce's own part under the floor
+	// shows only where goroce took longer than the floor, which a race
+	// build on a busy machine need not: TestPrintTargets checks it.)
+	for _, ref := range []string{"  the same, TCP's readers spinning ", "  the same, bare UDP (kernel's floor) "} {
 		if !strings.Contains(o[i:], "\n "+ref) {
 			t.Errorf("summary lacks %q:\n%s", ref, o[i:])
 		}
