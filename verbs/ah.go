@@ -30,10 +30,10 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	if d.nObjs["ah"] >= maxAH {
+	if d.objs.ahs >= maxAH {
 		return nil, fmt.Errorf("verbs: create AH: more than %d address handles (max_ah)", maxAH)
 	}
-	d.nObjs["ah"]++
+	d.objs.ahs++
 	return &AH{pd: pd, attr: attr, dest: netip.AddrPortFrom(attr.DGID.Addr(), d.cfg.Port)}, nil
 }
 
@@ -54,7 +54,7 @@ func (ah *AH) Destroy() error {
 		return errors.New("verbs: destroy AH: already destroyed")
 	}
 	ah.destroyed = true
-	d.nObjs["ah"]--
+	d.objs.ahs--
 	return nil
 }
 

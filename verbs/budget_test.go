@@ -1,25 +1,21 @@
 package verbs
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // budgets returns, for each of d's workers, the PSNs of its send budget
 // that no QP holds, read on the worker.
 func budgets(d *Device) []int {
-	var avail []int
-	for _, w := range d.disp.workers {
-		w.call(func() { avail = append(avail, w.budget.Available()) })
-	}
-	return avail
+	free, _ := d.eng.Budgets()
+	return free
 }
 
 // full reports whether every worker's budget is whole again.
 func full(d *Device) bool {
-	for i, n := range budgets(d) {
-		if n != d.disp.workers[i].budget.Size() {
-			return false
-		}
-	}
-	return true
+	free, size := d.eng.Budgets()
+	return slices.Equal(free, size)
 }
 
 // TestSendBudgetManyQPs: 128 QPs that each write 256 KiB at once share

@@ -23,10 +23,7 @@ func TestCounters(t *testing.T) {
 	must(t, err)
 	for deadline := time.Now().Add(10 * time.Second); a.cq.Len() == 0; time.Sleep(50 * time.Microsecond) {
 		if time.Now().After(deadline) {
-			var sa, sb string
-			a.qp.w.call(func() { sa = a.qp.t.Debug() })
-			b.qp.w.call(func() { sb = b.qp.t.Debug() })
-			t.Fatalf("the SEND never completed:\n a %s\n b %s\n a timer in %v", sa, sb, a.qp.t.Deadline())
+			t.Fatalf("the SEND never completed:\n a %s\n b %s", a.qp.Debug(), b.qp.Debug())
 		}
 	}
 	if wc := wait(t, a.cq, 1)[0]; wc.Status != WCSuccess {

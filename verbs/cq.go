@@ -37,10 +37,10 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	if d.nObjs["cq"] >= maxCQ {
+	if d.objs.cqs >= maxCQ {
 		return nil, fmt.Errorf("verbs: %s: more than %d CQs", d.name, maxCQ)
 	}
-	d.nObjs["cq"]++
+	d.objs.cqs++
 	return &CQ{dev: d, ch: ch, ring: make([]WC, cqe)}, nil
 }
 
@@ -75,9 +75,16 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Push appends a completion; the QP workers call it. A full CQ loses the
-// completion and reports a CQ error event (IBA 11.4.2.1, overrun).
-func (cq *CQ) Push(wc WC, solicited bool) {
+// cqSink is the transport's view of a CQ (transport.CQ).
+type cqSink struct{ cq *CQ }
+
+// Push implements transport.CQ.
+func (s cqSink) Push(wc WC, solicited bool) { s.cq.push(wc, solicited) }
+
+// push appends a completion; the engine's workers call it. A full CQ
+// loses the completion and reports a CQ error event (IBA 11.4.2.1,
+// overrun).
+func (cq *CQ) push(wc WC, solicited bool) {
 	cq.mu.Lock()
 	if cq.tail-cq.head == uint64(len(cq.ring)) {
 		first := !cq.overrun
@@ -107,7 +114,7 @@ func (cq *CQ) Len() int { return int(cq.ready.Load()) }
 // Destroy releases the CQ.
 func (cq *CQ) Destroy() error {
 	cq.dev.mu.Lock()
-	cq.dev.nObjs["cq"]--
+	cq.dev.objs.cqs--
 	cq.dev.mu.Unlock()
 	return nil
 }

@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"sync"
-	"sync/atomic"
 
+	"github.com/goroce/goroce/internal/device"
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/memory"
 	"github.com/goroce/goroce/internal/netns"
@@ -211,11 +211,6 @@ func (g GID) String() string { return netip.AddrFrom16(g).String() }
 type Device struct {
 	cfg   Config
 	name  string
-	link  link.Link
-	shm   interface{ SameHostActive() bool } // link, if it has a same-host path; else nil
-	icrc  link.ICRCDeferrer                  // link, if it can leave ICRC checks to the device; else nil
-	seg   link.Segmenter                     // link, if it segments and Config.WholeWrites is off; else nil
-	ports link.PortConnector                 // link, if it connects per-QP port sockets; else nil
 	mem   *memory.Table
 	attr  DeviceAttr
 	port  PortAttr
@@ -223,24 +218,15 @@ type Device struct {
 	local netip.AddrPort
 	netns *netns.NS // Config.NetNS, open until Close; nil: the process's own
 
-	// placement decides, for all its QPs, which RDMA WRITEs are stored
-	// around the cache (transport.Placement).
-	placement *transport.Placement
+	eng *device.Engine // the engine: link, readers, workers, QP table
 
 	mu     sync.Mutex
 	closed bool
-	qps    map[uint32]*QP // QPN → QP, for the dispatcher
-	qpns   uint32         // last QPN handed out
-	pds    uint32
-	nObjs  map[string]int
-
-	qpTable qpTable // QPN → *QP, read by the dispatcher without the lock; written under mu
-
-	groups map[netip.Addr]*mcGroup              // multicast groups joined; guarded by mu
-	mcast  atomic.Pointer[map[netip.Addr][]*QP] // attached QPs per group, for the group readers
+	pds    uint32 // last PD number handed out
+	objs   struct{ pds, cqs, ahs int }
+	groups map[netip.Addr]*mcGroup // multicast groups joined; guarded by mu
 
 	events chan AsyncEvent
-	disp   *dispatcher
 
 	stats     *stats.Counters
 	published *stats.Published // nil when the counters could not be published
@@ -252,7 +238,7 @@ var ErrClosed = errors.New("verbs: device closed")
 // lastLevelCache is the size of this machine's last-level cache, read once.
 var lastLevelCache = sync.OnceValue(ntcopy.LastLevelCache)
 
-// Open creates a device on cfg.Addr and starts its goroutines.
+// Open creates a device on cfg.Addr and starts its engine.
 func Open(cfg Config) (*Device, error) {
 	if !cfg.Addr.IsValid() {
 		return nil, errors.New("verbs: Config.Addr is required")
@@ -285,17 +271,13 @@ func Open(cfg Config) (*Device, error) {
 		local:  netip.AddrPortFrom(cfg.Addr, cfg.Port),
 		netns:  ns,
 		mem:    memory.NewTable(maxMR),
-		qps:    map[uint32]*QP{},
-		qpns:   0x10, // rxe hands out data QPNs from 0x11
 		events: make(chan AsyncEvent, 256),
-		nObjs:  map[string]int{},
 		name:   info.Name,
 		attr:   info.Attr,
 		port:   info.Port,
 		gids:   info.GIDs,
 		groups: map[netip.Addr]*mcGroup{},
 	}
-	d.placement = transport.NewPlacement(lastLevelCache())
 	if p, err := stats.Publish(d.name); err == nil {
 		d.published, d.stats = p, p.Counters
 	} else {
@@ -306,40 +288,22 @@ func Open(cfg Config) (*Device, error) {
 		d.closeEarly()
 		return nil, fmt.Errorf("verbs: Config.Fault: %w", err)
 	}
-	d.link = cfg.Link
-	if d.link != nil && cfg.Fault != "" {
+	if cfg.Link != nil && cfg.Fault != "" {
 		d.closeEarly()
 		return nil, errors.New("verbs: Config.Fault applies to the UDP socket; with Config.Link, build the fault into the link")
 	}
-	if d.link == nil {
-		sameHost := cfg.SameHost || os.Getenv("GOROCE_SAMEHOST") == "1"
-		l, err := link.ListenUDP(link.UDPConfig{Addr: d.local, Fault: fault, SameHost: sameHost, NetNS: ns})
-		if err != nil {
-			d.closeEarly()
-			return nil, fmt.Errorf("verbs: open %v: %w", d.local, err)
-		}
-		d.link = l
+	d.eng, err = device.Open(device.Config{
+		Addr: d.local, Link: cfg.Link, Fault: fault, NetNS: ns,
+		SameHost:    cfg.SameHost || os.Getenv("GOROCE_SAMEHOST") == "1",
+		WholeWrites: cfg.WholeWrites || os.Getenv("GOROCE_WHOLE_WRITES") == "1",
+		Workers:     cfg.Workers, MaxQP: maxQP, Stats: d.stats,
+		Placement: transport.NewPlacement(lastLevelCache()),
+	})
+	if err != nil {
+		d.closeEarly()
+		return nil, fmt.Errorf("verbs: open %v: %w", d.local, err)
 	}
-	d.shm, _ = d.link.(interface{ SameHostActive() bool })
-	d.ports, _ = d.link.(link.PortConnector)
-	if seg, ok := d.link.(link.Segmenter); ok && !cfg.WholeWrites && os.Getenv("GOROCE_WHOLE_WRITES") != "1" {
-		d.seg = seg
-	}
-	if d.icrc, _ = d.link.(link.ICRCDeferrer); d.icrc != nil {
-		// The transport checks such packets while it places their
-		// payload (wire.Packet.CopyPayload), and all others before it
-		// acts on them.
-		d.icrc.DeferICRC()
-	}
-	d.disp = newDispatcher(d, cfg.Workers)
 	return d, nil
-}
-
-// splitWrites reports whether QPs sending to peer split their RC RDMA
-// WRITEs into WRITE_ONLY packets (transport.Path.SplitWrites): the link
-// sends runs of one size to peer as one datagram.
-func (d *Device) splitWrites(peer netip.AddrPort) bool {
-	return d.seg != nil && d.seg.Segments(peer)
 }
 
 // closeEarly releases what Open took before it failed.
@@ -396,15 +360,9 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	var groups []*mcGroup
-	for a, g := range d.groups {
-		groups = append(groups, g)
-		delete(d.groups, a)
-	}
+	clear(d.groups) // the engine leaves them
 	d.mu.Unlock()
-	closeGroups(groups)
-	err := d.link.Close()
-	d.disp.stop()
+	err := d.eng.Close()
 	close(d.events)
 	if d.published != nil {
 		d.published.Close()
@@ -428,31 +386,8 @@ func (d *Device) Close() error {
 // lone_sends, segment_options). `goroce stats` shows the same numbers
 // from another process.
 func (d *Device) Counters() map[string]uint64 {
-	d.updateLinkCounters()
+	d.eng.UpdateLinkCounters()
 	return d.stats.Snapshot().Map()
-}
-
-// updateLinkCounters copies the counts the link keeps.
-func (d *Device) updateLinkCounters() {
-	ls := d.link.Stats()
-	d.stats.Set(stats.ICRCErrors, ls.ICRCErrors)
-	d.stats.Set(stats.SocketDrops, ls.SocketDrops)
-	d.stats.Set(stats.SameHostPkts, ls.SameHostSent)
-	d.stats.Set(stats.SameHostDrops, ls.SameHostDrops)
-	d.stats.Set(stats.ConnectedPorts, ls.ConnectedPorts)
-	d.stats.Set(stats.UnconnectedPorts, ls.UnconnectedPorts)
-	d.stats.Set(stats.IDRecoveries, ls.IDRecoveries)
-	d.stats.Set(stats.FlowSockets, ls.FlowSockets)
-	d.stats.Set(stats.FlowDatagrams, ls.FlowDatagrams)
-	d.stats.Set(stats.LoneSends, ls.LoneSends)
-	d.stats.Set(stats.SegmentOptions, ls.SegmentOptions)
-	f := ls.Fault
-	d.stats.Set(stats.FaultDropped, f.Dropped+f.Overflow+f.Discarded)
-	d.stats.Set(stats.FaultDuplicated, f.Duplicated)
-	d.stats.Set(stats.FaultReordered, f.Reordered)
-	d.stats.Set(stats.FaultCorrupted, f.Corrupted)
-	d.stats.Set(stats.FaultDelayed, f.Delayed)
-	d.stats.Set(stats.FaultCEMarked, f.CEMarked)
 }
 
 // nodeGUID derives the node GUID as rxe does from the MAC (EUI-64), or,

@@ -294,7 +294,7 @@ func TestCQSizes(t *testing.T) {
 		const rounds = 3
 		for round := range rounds {
 			for i := range size {
-				cq.Push(WC{WRID: uint64(round*1000 + i)}, false)
+				cq.push(WC{WRID: uint64(round*1000 + i)}, false)
 			}
 			if cq.Len() != size {
 				t.Fatalf("CQ of %d, round %d: %d completions after %d pushes", size, round, cq.Len(), size)
@@ -314,14 +314,14 @@ func TestCQSizes(t *testing.T) {
 		}
 		next := uint64(rounds * 1000)
 		for i := range size {
-			cq.Push(WC{WRID: next + uint64(i)}, false)
+			cq.push(WC{WRID: next + uint64(i)}, false)
 		}
 		select {
 		case ev := <-da.Events():
 			t.Fatalf("CQ of %d: event %v before it was full", size, ev.Type)
 		default:
 		}
-		cq.Push(WC{WRID: next + uint64(size)}, false)
+		cq.push(WC{WRID: next + uint64(size)}, false)
 		if ev := expectEvent(t, da, EventCQErr); ev.CQ != cq {
 			t.Errorf("CQ of %d: CQ error for %p, want %p", size, ev.CQ, cq)
 		}

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
-	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/device"
 )
 
 // UD multicast (IBA 10.5, ibv_attach_mcast).
@@ -13,28 +14,14 @@ import (
 // On RoCEv2 a multicast GID is an IP multicast address (IPv4-mapped
 // ::ffff:224.0.0.0/100, or IPv6 ff00::/8), and a multicast datagram is a UD
 // packet to that address with destination QPN 0xFFFFFF. Every QP attached
-// to the group on every host gets a copy.
-//
-// Several goroce devices, in one process or many, share a host. Each
-// device therefore receives a group's packets on a socket of its own,
-// bound to (group, 4791) with SO_REUSEADDR and made a member of the group
-// with IP_ADD_MEMBERSHIP (IPV6_JOIN_GROUP) on the interface that holds the
-// device's address: the kernel gives every such socket its own copy of
-// each datagram. A device opens that socket when its first QP attaches to
-// the group and closes it when its last QP detaches; a reader goroutine
-// per group hands each packet to every attached QP. Datagrams to a group
-// are sent from the device's ordinary socket; the kernel routes them out
-// of the interface that holds the source address and loops them back to
-// the members on this host (IP_MULTICAST_LOOP, on by default), loopback
+// to the group on every host gets a copy. The device joins a group when its
+// first QP attaches and leaves it when its last QP detaches; the engine
+// receives the group's packets (internal/device: groups.go). Datagrams to a
+// group are sent from the device's ordinary socket; the kernel routes them
+// out of the interface that holds the source address and loops them back
+// to the members on this host (IP_MULTICAST_LOOP, on by default), loopback
 // included, so three processes on 127.0.0.1, 127.0.0.2 and 127.0.0.3 form
 // a group without any setup.
-
-// mcGroup is one group some of the device's QPs are attached to.
-type mcGroup struct {
-	link *link.UDP
-	qps  []*QP
-	done chan struct{} // closed when the group's reader ends
-}
 
 // AttachMcast attaches a UD QP to the multicast group gid
 // (ibv_attach_mcast). lid is ignored: RoCE has no LIDs.
@@ -58,16 +45,12 @@ func (qp *QP) AttachMcast(gid GID, lid uint16) error {
 		if d.cfg.Link != nil {
 			return &QPError{qp.qpn, "attach_mcast", errors.New("multicast needs the device's UDP socket, not Config.Link")}
 		}
-		l, err := link.ListenUDP(link.UDPConfig{Addr: netip.AddrPortFrom(group, d.cfg.Port), Interface: d.cfg.Addr, NetNS: d.netns})
+		m, err := d.eng.JoinGroup(group)
 		if err != nil {
 			return &QPError{qp.qpn, "attach_mcast", err}
 		}
-		g = &mcGroup{link: l, done: make(chan struct{})}
+		g = &mcGroup{m: m}
 		d.groups[group] = g
-		go func() {
-			defer close(g.done)
-			d.disp.readLink(l, group)
-		}()
 	}
 	for _, x := range g.qps {
 		if x == qp {
@@ -95,28 +78,21 @@ func (qp *QP) DetachMcast(gid GID, lid uint16) error {
 	g := d.groups[group]
 	i := -1
 	if g != nil {
-		for j, x := range g.qps {
-			if x == qp {
-				i = j
-			}
-		}
+		i = slices.Index(g.qps, qp)
 	}
 	if i < 0 {
 		d.mu.Unlock()
 		return &QPError{qp.qpn, "detach_mcast", fmt.Errorf("not attached to %v", group)}
 	}
-	g.qps = append(g.qps[:i:i], g.qps[i+1:]...)
-	var closing *mcGroup
+	g.qps = slices.Delete(g.qps, i, i+1)
+	var empty []*mcGroup
 	if len(g.qps) == 0 {
 		delete(d.groups, group)
-		closing = g
+		empty = append(empty, g)
 	}
 	d.publishGroupsLocked()
 	d.mu.Unlock()
-	if closing != nil {
-		closing.link.Close()
-		<-closing.done
-	}
+	d.leaveGroups(empty)
 	return nil
 }
 
@@ -134,15 +110,12 @@ func (qp *QP) checkMcast(gid GID, op string) (netip.Addr, error) {
 }
 
 // detachAllLocked removes qp from every group (the QP is being destroyed)
-// and returns the groups left empty, to be closed without the lock.
+// and returns the groups left empty, to be left without the lock.
 func (d *Device) detachAllLocked(qp *QP) []*mcGroup {
 	var empty []*mcGroup
 	for a, g := range d.groups {
-		for j, x := range g.qps {
-			if x == qp {
-				g.qps = append(g.qps[:j:j], g.qps[j+1:]...)
-				break
-			}
+		if i := slices.Index(g.qps, qp); i >= 0 {
+			g.qps = slices.Delete(g.qps, i, i+1)
 		}
 		if len(g.qps) == 0 {
 			delete(d.groups, a)
@@ -153,27 +126,26 @@ func (d *Device) detachAllLocked(qp *QP) []*mcGroup {
 	return empty
 }
 
-// closeGroups closes group links and waits for their readers.
-func closeGroups(gs []*mcGroup) {
-	for _, g := range gs {
-		g.link.Close()
-		<-g.done
+// mcGroup is a group some of the device's QPs are attached to.
+type mcGroup struct {
+	m   *device.Group
+	qps []*QP
+}
+
+// leaveGroups makes the device leave groups no QP is attached to.
+func (d *Device) leaveGroups(groups []*mcGroup) {
+	for _, g := range groups {
+		g.m.Leave()
 	}
 }
 
-// publishGroupsLocked gives the group readers a fresh copy of the table.
+// publishGroupsLocked gives the engine a fresh copy of the attached QPs.
 func (d *Device) publishGroupsLocked() {
-	m := make(map[netip.Addr][]*QP, len(d.groups))
+	m := make(map[netip.Addr][]*device.QP, len(d.groups))
 	for a, g := range d.groups {
-		m[a] = append([]*QP(nil), g.qps...)
+		for _, qp := range g.qps {
+			m[a] = append(m[a], qp.e)
+		}
 	}
-	d.mcast.Store(&m)
-}
-
-// mcastQPs returns the QPs attached to group, for its reader.
-func (d *Device) mcastQPs(group netip.Addr) []*QP {
-	if m := d.mcast.Load(); m != nil {
-		return (*m)[group]
-	}
-	return nil
+	d.eng.SetGroups(m)
 }

@@ -70,7 +70,7 @@ func TestNetNS(t *testing.T) {
 		}
 	}
 	for _, d := range []*Device{da, db} {
-		st := d.link.Stats()
+		st := d.eng.Link().Stats()
 		if st.PortFallbacks != 0 {
 			t.Errorf("%s: %d packets left from the link's own port: a per-QP socket could not be made in the namespace", d.Name(), st.PortFallbacks)
 		}

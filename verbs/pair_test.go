@@ -141,14 +141,7 @@ func connectPair(t testing.TB, a, b *endpoint, mtu MTU, rnrRetry, timeout uint8)
 // until they finished what they were doing, so the test may read memory
 // peers wrote through d, and the workers see what the test wrote before.
 // Programs get the same ordering from completions and posts.
-func settle(d *Device) {
-	for _, w := range d.disp.workers {
-		// The call's done is closed before the worker's turn runs the
-		// QPs that events taken in the same turn (a post's kick) made
-		// dirty: run them inside the call.
-		w.call(w.progress)
-	}
-}
+func settle(d *Device) { d.eng.Settle() }
 
 func must(t testing.TB, err error) {
 	t.Helper()
@@ -427,7 +420,7 @@ func TestModifyConnectsPort(t *testing.T) {
 	a, b := newEndpoint(t, da, 8192), newEndpoint(t, db, 8192)
 	connect(t, a, b, MTU4096)
 	for _, d := range []*Device{da, db} {
-		if st := d.link.Stats(); st.ConnectedPorts != 1 || st.SentPackets != 0 {
+		if st := d.eng.Link().Stats(); st.ConnectedPorts != 1 || st.SentPackets != 0 {
 			t.Errorf("%s after modify_qp: ConnectedPorts %d, SentPackets %d; want 1, 0", d.Name(), st.ConnectedPorts, st.SentPackets)
 		}
 	}

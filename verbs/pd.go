@@ -21,10 +21,10 @@ func (d *Device) AllocPD() (*PD, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	if d.nObjs["pd"] >= maxPD {
+	if d.objs.pds >= maxPD {
 		return nil, fmt.Errorf("verbs: %s: more than %d protection domains", d.name, maxPD)
 	}
-	d.nObjs["pd"]++
+	d.objs.pds++
 	d.pds++
 	return &PD{dev: d, id: d.pds}, nil
 }
@@ -35,7 +35,7 @@ func (pd *PD) Device() *Device { return pd.dev }
 // Dealloc releases the protection domain.
 func (pd *PD) Dealloc() error {
 	pd.dev.mu.Lock()
-	pd.dev.nObjs["pd"]--
+	pd.dev.objs.pds--
 	pd.dev.mu.Unlock()
 	return nil
 }

@@ -17,10 +17,10 @@ func TestColdWrites(t *testing.T) {
 	for _, lk := range links {
 		t.Run(lk.name, func(t *testing.T) {
 			da, db := lk.open(t)
-			if got, want := db.placement.Distance, uint64(lastLevelCache()/3); got != want {
+			if got, want := db.eng.Placement().Distance, uint64(lastLevelCache()/3); got != want {
 				t.Fatalf("reuse distance %d, want a third of the last-level cache, %d", got, want)
 			}
-			db.placement.Distance = 64 << 10 // before the QPs exist: their workers see it
+			db.eng.Placement().Distance = 64 << 10 // before the QPs exist: their workers see it
 			a, b := newEndpoint(t, da, 1<<20), newEndpoint(t, db, 1<<20)
 			connect(t, a, b, MTU1024)
 			fill(a.buf, 3)
@@ -43,7 +43,7 @@ func TestColdSources(t *testing.T) {
 	for _, lk := range links {
 		t.Run(lk.name, func(t *testing.T) {
 			da, db := lk.open(t)
-			da.placement.Distance = 64 << 10 // before the QPs exist: their workers see it
+			da.eng.Placement().Distance = 64 << 10 // before the QPs exist: their workers see it
 			a, b := newEndpoint(t, da, 1<<20), newEndpoint(t, db, 1<<20)
 			connect(t, a, b, MTU4096)
 			fill(a.buf, 5)

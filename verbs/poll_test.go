@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"container/heap"
 	"net"
 	"net/netip"
 	"runtime"
@@ -40,54 +39,6 @@ func TestBusyPoll(t *testing.T) {
 			noRetries(t, b)
 		})
 	}
-}
-
-// TestBusyPollLongTurn: a poller on the only P that lets a worker run a
-// turn longer than pollGrace (a burst of 128 WRITEs of 16 KiB takes
-// 1.3 ms to send) still gets the socket from the reader at once. The
-// poll used to be stamped with the clock read before the worker's turn:
-// the reader took that stamp for a poller gone, read instead of parking,
-// and the poller waited out pollGrace, a millisecond of every such burst
-// (ib_write_bw -s 16384 between two processes: 0.55 of 4 KiB's rate).
-func TestBusyPollLongTurn(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	a, _ := newUDPDevices(t)
-	p := a.disp
-	p.endPoll()
-	// The reader may be late now and then (the race detector, a busy
-	// machine: a set of 6 in 60 with six other race-test processes); with
-	// the stale stamp it never parked, in every round of every set. So a
-	// set where half the hand-offs waited is tried again, up to 3 times.
-	const rounds, sets = 6, 3
-	var waits int64
-	for range sets {
-		before := p.graceWaits.Load()
-		for i := range rounds {
-			ran := false
-			done := make(chan struct{})
-			// A turn queued for a worker, longer than pollGrace, that the
-			// poller's first Gosched runs.
-			if !p.workers[0].send(event{kind: evCall, done: done, fn: func() {
-				for start := time.Now(); time.Since(start) < 2*pollGrace; {
-				}
-				ran = true
-			}}) {
-				t.Fatal("worker stopped")
-			}
-			a.BusyPoll(pollGrace/4, func() bool { return false })
-			<-done
-			if !ran {
-				t.Fatalf("round %d: the worker's turn did not run", i)
-			}
-			p.endPoll()
-			runtime.Gosched() // the reader goes back to the socket
-		}
-		if waits = p.graceWaits.Load() - before; waits < rounds/2 {
-			return
-		}
-	}
-	t.Errorf("in each of %d sets, %d or more of %d hand-offs waited out pollGrace for a reader that did not park (last: %d)",
-		sets, rounds/2, rounds, waits)
 }
 
 // TestBusyPollOneP: a poller on the process's only P reads what arrives
@@ -221,14 +172,11 @@ func TestBusyPollHeldAckReleased(t *testing.T) {
 
 // held reports whether a poller's turn holds ACKs back on one of d's
 // workers.
-func held(d *Device) bool {
-	for _, w := range d.disp.workers {
-		if w.heldAt.Load() != 0 {
-			return true
-		}
-	}
-	return false
-}
+func held(d *Device) bool { return d.eng.HoldsAcks() }
+
+// pollGrace is how long the engine's reader stays off the socket after
+// the last poll (internal/device).
+const pollGrace = time.Millisecond
 
 // TestBusyPollReceiverSendsAcks: a poller's turn on a device that only
 // receives, a bandwidth test's server, writes its ACKs at once: with no
@@ -304,7 +252,7 @@ func TestBusyPollSharesP(t *testing.T) {
 func TestPolledCountersPublished(t *testing.T) {
 	_, db := newUDPDevices(t)
 	db.Progress() // the poller takes the socket
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(db.link.LocalAddr()))
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(db.eng.Link().LocalAddr()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +262,7 @@ func TestPolledCountersPublished(t *testing.T) {
 	if _, err := c.Write(bad); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); db.link.Stats().ICRCErrors == 0; {
+	for deadline := time.Now().Add(5 * time.Second); db.eng.Link().Stats().ICRCErrors == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the poller never read the damaged datagram")
 		}
@@ -367,88 +315,5 @@ func TestBusyPollLossy(t *testing.T) {
 	endPollAndComplete(t, rounds, a, b)
 	if s := da.Counters(); s["fault_dropped"] == 0 {
 		t.Errorf("the link dropped nothing: %v", s)
-	}
-}
-
-// TestWorkerRearm: the worker's timer moves only when the earliest
-// deadline comes sooner than the one it is set for, and then fires by it;
-// a later deadline leaves it alone (it fires early and is set again).
-func TestWorkerRearm(t *testing.T) {
-	w := &worker{timer: time.NewTimer(time.Hour)}
-	w.timer.Stop()
-	now := nanotime()
-	late, soon := &QP{tAt: now + int64(time.Hour)}, &QP{tAt: now + int64(20*time.Millisecond)}
-
-	w.rearm()
-	if w.timerAt != 0 {
-		t.Fatalf("no deadline: timer set for %v", w.timerAt)
-	}
-	heap.Push(&w.timers, late)
-	w.rearm()
-	if w.timerAt != late.tAt {
-		t.Fatalf("timer at %v, want the only deadline %v", w.timerAt, late.tAt)
-	}
-	heap.Push(&w.timers, soon)
-	w.rearm()
-	if w.timerAt != soon.tAt {
-		t.Fatalf("timer at %v, want the sooner deadline %v", w.timerAt, soon.tAt)
-	}
-	// The sooner deadline moves later: the timer stays where it is.
-	soon.tAt = now + int64(time.Minute)
-	heap.Fix(&w.timers, soon.tIndex-1)
-	w.rearm()
-	if w.timerAt != now+int64(20*time.Millisecond) {
-		t.Errorf("a later deadline moved the timer to %v", w.timerAt)
-	}
-	select {
-	case <-w.timer.C:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the timer set for 20 ms did not fire")
-	}
-}
-
-// TestParkWhilePolledRace: a reader that finds the poller's grace over
-// takes the socket back only if no poller came back since it looked. A
-// poller that polls again in between (its Progress stores a new time)
-// has skipped its hand-off, so a reader that went on to wait in the
-// netpoller held the socket for as long as the poller polled, every poll
-// finding it taken.
-func TestParkWhilePolledRace(t *testing.T) {
-	p := &dispatcher{closing: make(chan struct{}), pollWake: make(chan struct{}, 1), parked: make(chan struct{}, 1)}
-	p.lastPoll.Store(nanotime() - 2*int64(pollGrace)) // a poller gone quiet
-	// Each time the reader finds the grace over, the poller polls again
-	// right then, for as long as polling goes on: the reader may find the
-	// grace over more than once while the test waits (a loaded machine can
-	// hold it up for longer than pollGrace), and must park on every time.
-	var polling atomic.Bool
-	polling.Store(true)
-	var backs atomic.Int32
-	p.graceExpired = func() {
-		if polling.Load() {
-			backs.Add(1)
-			p.lastPoll.Store(nanotime())
-		}
-	}
-	done := make(chan bool, 1)
-	go func() { done <- p.parkWhilePolled() }()
-	select {
-	case <-done:
-		t.Fatalf("the reader took the socket back while a poller polled (lastPoll %d, after %d returns of the poller)", p.lastPoll.Load(), backs.Load())
-	case <-time.After(3 * pollGrace):
-	}
-	if backs.Load() == 0 {
-		t.Fatal("the reader never found the grace over")
-	}
-	polling.Store(false)
-	// The poller ends (endPoll): the reader takes the socket.
-	p.lastPoll.Store(0)
-	p.pollWake <- struct{}{}
-	select {
-	case ok := <-done:
-		if !ok {
-			t.Fatal("parkWhilePolled = false; the device is not stopping")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the reader stayed parked after polling ended")
 	}
 }

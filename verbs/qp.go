@@ -7,10 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goroce/goroce/internal/device"
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
-	"github.com/goroce/goroce/internal/stamp"
 	"github.com/goroce/goroce/internal/transport"
 )
 
@@ -71,20 +71,11 @@ type QPAttr struct {
 
 // QP is a queue pair.
 type QP struct {
-	dev    *Device
-	pd     *PD
-	qpn    uint32
-	init   QPInitAttr
-	t      *transport.QP // owned by the worker
-	w      *worker
-	kicked atomic.Bool
-	posts  atomic.Uint32 // how posts arrive (postIdle, postBurst): PostSend
-	dirty  bool          // queued for Progress on its worker; owned by the worker
-	live   bool          // in its worker's table (the worker takes packets for it); owned by the worker
-	tAt    int64         // the deadline (nanotime) filed in the worker's timer heap; owned by the worker
-	tIndex int           // index + 1 in the timer heap, 0 when not in it; owned by the worker
-
-	sendCQ, recvCQ countedCQ // the transport's CQs: init's, counting what arrived first
+	dev  *Device
+	pd   *PD
+	qpn  uint32
+	init QPInitAttr
+	e    *device.QP // the engine's side: transport, worker, timers
 
 	mu    sync.Mutex    // guards attr, and state's changes
 	state atomic.Uint32 // a QPState: read without mu (State, on every post)
@@ -127,47 +118,30 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		return nil, errors.New("verbs: create QP: the SRQ belongs to another PD")
 	}
 	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
 		return nil, ErrClosed
 	}
-	if len(d.qps) >= maxQP {
-		d.mu.Unlock()
-		return nil, fmt.Errorf("verbs: create QP: more than %d QPs", maxQP)
-	}
-	for {
-		d.qpns = (d.qpns + 1) & 0xffffff
-		if d.qpns < 0x11 {
-			d.qpns = 0x11
-		}
-		if d.qps[d.qpns] == nil {
-			break
-		}
-	}
-	qp := &QP{dev: d, pd: pd, qpn: d.qpns, init: a} // state 0: RESET
-	w := d.disp.workerFor(qp.qpn)
-	qp.sendCQ, qp.recvCQ = countedCQ{a.SendCQ, w}, countedCQ{a.RecvCQ, w}
 	var rq *transport.RecvQueue
 	if a.SRQ != nil {
 		rq = a.SRQ.rq
 	} else {
 		rq = transport.NewRecvQueue(c.MaxRecvWR)
 	}
-	qp.t = transport.NewQP(transport.Config{
-		Type: a.Type, QPN: qp.qpn, PD: pd.id, Mem: d.mem, SendCQ: &qp.sendCQ, RecvCQ: &qp.recvCQ,
+	qp := &QP{dev: d, pd: pd, init: a} // state 0: RESET
+	e, err := d.eng.NewQP(transport.Config{
+		Type: a.Type, PD: pd.id, Mem: d.mem, SendCQ: cqSink{a.SendCQ}, RecvCQ: cqSink{a.RecvCQ},
 		SQ: transport.NewSendQueue(c.MaxSendWR), RQ: rq, SRQ: a.SRQ != nil,
-		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData, Stats: d.stats,
-		Window: sendWindow, Budget: w.budget, Placement: d.placement,
-	}, w)
-	qp.w = w
-	d.qps[qp.qpn] = qp
-	d.mu.Unlock()
-	qp.w.call(func() { qp.w.qps[qp.qpn], qp.live = qp, true })
-	d.mu.Lock()
-	if d.qps[qp.qpn] == qp { // not destroyed meanwhile
-		d.qpTable.store(qp)
+		SigAll: a.SigAll, MaxSGE: c.MaxSendSGE, MaxInline: c.MaxInlineData,
+	}, qp.fatal)
+	if errors.Is(err, device.ErrTooManyQPs) {
+		return nil, fmt.Errorf("verbs: create QP: more than %d QPs", maxQP)
 	}
-	d.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("verbs: create QP: %w", err)
+	}
+	qp.e, qp.qpn = e, e.QPN()
 	return qp, nil
 }
 
@@ -197,17 +171,7 @@ func (qp *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if err != nil {
 		return err
 	}
-	if next == QPSRTR && path.Peer.IsValid() && qp.dev.ports != nil {
-		// The QP's socket is made ready now, not on its first packet.
-		qp.dev.ports.ConnectPort(path.SrcPort, path.Peer)
-	}
-	// The worker applies it; qp.mu is not held, since the worker takes it
-	// when a QP fails.
-	qp.w.call(func() {
-		qp.t.SetPath(path)
-		qp.t.SetState(next)
-	})
-	qp.kick()
+	qp.e.Modify(path, next)
 	return nil
 }
 
@@ -328,7 +292,6 @@ func (qp *QP) path(a *QPAttr) (transport.Path, error) {
 		return p, fmt.Errorf("bad DGID %v", a.AH.DGID)
 	}
 	p.Peer = netip.AddrPortFrom(peer, qp.dev.cfg.Port)
-	p.SplitWrites = qp.dev.splitWrites(p.Peer) // the transport applies it to RC WRITEs only
 	if p.MTU == 0 {
 		p.MTU = 256
 	}
@@ -339,17 +302,7 @@ func (qp *QP) path(a *QPAttr) (transport.Path, error) {
 // of the first work request it rejected (len(wrs) if none) and why; none
 // after it is posted. Errors a peer causes come back as completions.
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
-	stamp.Mark(stamp.Post)
-	st := qp.State()
-	n, err := qp.t.PostSend(wrs, st)
-	stamp.Mark(stamp.Posted)
-	if n > 0 {
-		if qp.postsInline(qp.t.SendQueueLen(), n) {
-			qp.kickInline()
-		} else {
-			qp.kick()
-		}
-	}
+	n, err := qp.e.PostSend(wrs, qp.State())
 	if err != nil {
 		return n, &QPError{qp.qpn, fmt.Sprintf("post_send WR %d", n), err}
 	}
@@ -371,101 +324,28 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 				fmt.Errorf("%w: %d SGEs, max_recv_sge is %d", transport.ErrTooManySGE, len(wrs[i].SGL), qp.init.Cap.MaxRecvSGE)}
 		}
 	}
-	n, err := qp.t.RecvQueue().Post(wrs)
+	n, err := qp.e.PostRecv(wrs)
 	if err != nil {
 		return n, &QPError{qp.qpn, fmt.Sprintf("post_recv WR %d", n), err}
 	}
 	if qp.State() == QPSErr {
-		qp.w.callQP(qp, func() { qp.t.SetState(QPSErr) }) // flush at once
+		qp.e.FlushRecv()
 	}
 	return n, nil
 }
-
-// postsInline reports whether the n WQEs just posted, which leave queued
-// WQEs in the send queue, go out at once from the posting goroutine
-// rather than from the worker's next turn.
-//
-// Work posted to an idle queue (a ping-pong's) goes out at once; a queue
-// with work already outstanding (a bandwidth test's) is left to the
-// worker, which batches it. Except that when the last post to an idle
-// queue was followed by a burst before the queue emptied, this one likely
-// starts a burst too (ib_write_bw refills its window 100 WRs at a time):
-// sent alone it would cost a write of its own and an ACK, so it waits for
-// the worker's turn, with those that follow. A post that finds the queue
-// idle twice in a row goes inline again; one that finds a single WQE
-// outstanding (a ping-pong's whose ACK is late) changes nothing.
-func (qp *QP) postsInline(queued, n int) bool {
-	if queued != n {
-		if queued-n >= 2 {
-			qp.posts.Store(postBurst)
-		}
-		return false
-	}
-	return qp.posts.Swap(postIdle) != postBurst
-}
-
-// How a QP's posts arrive (QP.posts).
-const (
-	postIdle  = 1 + iota // the last post to an idle send queue stands alone so far
-	postBurst            // it was followed by posts that found two or more WQEs outstanding
-)
-
-// kick asks the QP's worker to run the requester.
-func (qp *QP) kick() {
-	if !qp.kicked.Swap(true) {
-		qp.w.send(event{kind: evKick, qp: qp})
-	}
-}
-
-// kickInline runs the QP now on this goroutine if its worker is idle, and
-// kicks it otherwise.
-func (qp *QP) kickInline() {
-	if !qp.kicked.Swap(true) {
-		qp.w.kick(qp)
-	}
-}
-
-// The RC send window: how many PSNs a requester may send ahead of the
-// oldest unacknowledged one. rxe allows 128, which at MTU 4096 is 512 KiB
-// in flight: too little for one QP to fill loopback, where a 64 KiB
-// WRITE's ACK comes back behind the next several messages (a window of
-// 512 PSNs moves 1.4× the bytes).
-//
-// But the windows of all the QPs that send at once add up in the peer's
-// socket buffer or same-host ring, and what overflows it is dropped: each
-// QP whose last packets were lost then waits a whole ACK timeout (67 ms at
-// perftest's timeout 14). So the QPs of a device also share a budget of
-// sendBudget PSNs in flight (transport.Budget), split among its workers:
-// 4 MiB at MTU 4096, what a peer's default 4 MiB socket buffer takes.
-// With 256 and 1024 busy QPs the windows alone (32 PSNs each) made
-// hundreds to thousands of ACK timeouts per 320 MiB, and at 1024 QPs some
-// QPs ran out of retries; with the budget there are none. A worker's share
-// is at least a grant's worth (256 PSNs), so a device with more than four
-// workers (Config.Workers) has that many times 256 PSNs in flight at most.
-const (
-	sendWindow = 512
-	sendBudget = 1024
-)
 
 // Destroy destroys the QP: outstanding work requests are dropped, and the
 // QPN stops receiving. It never waits for the peer.
 func (qp *QP) Destroy() error {
 	d := qp.dev
 	d.mu.Lock()
-	delete(d.qps, qp.qpn)
-	d.qpTable.delete(qp.qpn)
 	empty := d.detachAllLocked(qp)
 	d.mu.Unlock()
-	closeGroups(empty)
+	d.leaveGroups(empty)
 	qp.mu.Lock()
 	qp.state.Store(uint32(QPSReset))
 	qp.mu.Unlock()
-	qp.w.call(func() {
-		qp.t.Quiesce() // ACKs of what the peer already delivered (see transport.QP.Quiesce)
-		qp.w.flush()
-		qp.t.SetState(QPSReset)
-		qp.w.forget(qp)
-	})
+	qp.e.Destroy()
 	return nil
 }
 
@@ -479,8 +359,4 @@ func (qp *QP) fatal() {
 
 // Debug describes the QP's transport state in one line (PSNs, queues,
 // timers), for diagnosing a stuck QP.
-func (qp *QP) Debug() string {
-	var s string
-	qp.w.call(func() { s = qp.t.Debug() })
-	return s
-}
+func (qp *QP) Debug() string { return qp.e.Debug() }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/transport"
 )
 
 // recordingLink is a link that notes how many packets each WriteBatch
@@ -90,7 +91,7 @@ func acked(t *testing.T, e *endpoint) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
 		var d int64
-		e.qp.w.call(func() { d = e.qp.t.Deadline() })
+		e.qp.e.Call(func(t *transport.QP) { d = t.Deadline() })
 		if d == 0 {
 			settle(e.dev)
 			return

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/transport"
 )
 
 // The soak test runs several QP pairs of mixed traffic — SEND, RDMA WRITE,
@@ -188,7 +189,7 @@ func soak(t *testing.T, fa, fb link.FaultConfig, ops int, seed uint64) {
 		for _, qp := range []*QP{p.c.qp, p.s.qp} {
 			settle(qp.dev)
 			var sends, resps int
-			qp.w.call(func() { sends, resps = qp.t.Outstanding() })
+			qp.e.Call(func(t *transport.QP) { sends, resps = t.Outstanding() })
 			if qp.State() != QPSRTS || sends != 0 || resps != 0 {
 				t.Errorf("QP 0x%x: %v with %d WQEs and %d responses pending", qp.QPN(), qp.State(), sends, resps)
 			}

@@ -71,7 +71,7 @@ import (
 // fills) and goes back to UDP.
 
 const (
-	shmSlots    = 2048 // a power of two, the device's whole send window (verbs: sendWindowBudget)
+	shmSlots    = SameHostSlots
 	shmSlotHdr  = 8    // length (4), source port (2), reserved (2)
 	shmSlotSize = (shmSlotHdr + MaxPacket + 63) &^ 63
 	shmHdrSize  = 4096
@@ -106,6 +106,12 @@ const (
 	shmPrefetchAhead = 4
 	shmPrefetchLines = 8
 )
+
+// SameHostSlots is how many packets a same-host ring holds: a power of
+// two, and more than a device's RC QPs have in flight together (the
+// engine's send budget, internal/device: TestRingHoldsBudget), so that a
+// live consumer's ring never overflows while the budget holds.
+const SameHostSlots = 2048
 
 // prefetchSlot asks the CPU for the lines that a packet of size bytes
 // takes in slot, at most limit, to be written or read.

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package verbs
+package device
 
 // yieldThread does nothing outside Linux, where goroce's only links are
 // in memory and a device's peers are goroutines of the same process.

@@ -1,9 +1,10 @@
-package verbs
+package device
 
 import (
 	"sync"
 	"testing"
 
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -38,7 +39,7 @@ func TestQPTable(t *testing.T) {
 }
 
 // TestQPTableConcurrent: lookups beside stores and deletes, as the
-// dispatcher's reads run beside CreateQP and Destroy (go test -race).
+// readers' lookups run beside NewQP and Destroy (go test -race).
 func TestQPTableConcurrent(t *testing.T) {
 	var tab qpTable
 	var wg sync.WaitGroup
@@ -70,7 +71,7 @@ func TestQPTableConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// BenchmarkQPTable times the dispatcher's lookup of a packet's QP.
+// BenchmarkQPTable times the router's lookup of a packet's QP.
 func BenchmarkQPTable(b *testing.B) {
 	var tab qpTable
 	for n := uint32(0x11); n < 0x11+1024; n++ {
@@ -89,26 +90,24 @@ func BenchmarkQPTable(b *testing.B) {
 // destroyed before its worker takes the batch is dropped and counted as
 // malformed (no such QP), never handed to the destroyed QP's transport.
 func TestPacketForDestroyedQP(t *testing.T) {
-	_, y := pairOn(t, newDevices, 4096, MTU1024)
+	_, y := pairOf(t, "mem", 4096)
 	qp := y.qp
-	if err := qp.Destroy(); err != nil {
-		t.Fatal(err)
-	}
-	if y.dev.qpTable.load(qp.qpn) != nil {
-		t.Fatalf("QP %#x still in the device's table after Destroy", qp.qpn)
+	qp.Destroy()
+	if y.e.tab.load(qp.qpn) != nil {
+		t.Fatalf("QP %#x still in the engine's table after Destroy", qp.qpn)
 	}
 	pkt := make([]byte, wire.BTHLen+wire.ICRCLen)
 	bth := wire.BTHFields{Opcode: wire.Opcode(wire.OpSendOnly), DestQP: qp.qpn, PSN: 0}
 	bth.Encode(pkt)
 	bt := batchPool.Get().(*rxBatch)
 	bt.bufs[0], bt.qp[0], bt.n = pkt, qp, 1
-	bt.lent[0] = true // not a pool buffer: handleEvent leaves it alone
-	before := y.dev.Counters()["malformed"]
+	bt.lent[0] = true // not a pool buffer: the worker leaves it alone
+	before := y.e.stats.Get(stats.Malformed)
 	w := qp.w
 	w.mu.Lock()
-	w.handleEvent(event{kind: evPackets, batch: bt})
+	w.handle(event{kind: evPackets, batch: bt})
 	w.mu.Unlock()
-	if got := y.dev.Counters()["malformed"]; got != before+1 {
+	if got := y.e.stats.Get(stats.Malformed); got != before+1 {
 		t.Errorf("malformed %d after the packet, want %d", got, before+1)
 	}
 	if bt.qp[0] != nil || bt.bufs[0] != nil || bt.n != 0 {

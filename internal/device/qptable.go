@@ -1,16 +1,15 @@
-package verbs
+package device
 
 import "sync/atomic"
 
-// qpTable maps a QPN to its QP for the dispatcher, which looks up every
-// packet it reads without the device's lock: a two-level radix table over
-// the 24-bit QPN space, 4,096 pages of 4,096 entries, each page made when
-// its first QP is stored. A lookup is two loads, where the sync.Map it
-// replaces hashed the boxed key and walked a trie (9-10 ns a lookup with
-// the map's nodes in the cache, against under 1). The device hands out
-// QPNs one after another, so 100,000 QPs fill 25 pages, 800 KiB, 8 bytes a
-// QP; the top level is 32 KiB a device. Stores and deletes are serialized
-// by the caller (the device's lock); loads may run beside them.
+// qpTable maps a QPN to its QP for the readers, which look up every packet
+// without a lock: a two-level radix table over the 24-bit QPN space, 4,096
+// pages of 4,096 entries, each page made when its first QP is stored. A
+// lookup is two loads, with nothing to hash on the per-packet path. QPNs
+// are handed out one after another, so 100,000 QPs fill 25 pages, 800 KiB,
+// 8 bytes a QP; the top level is 32 KiB an engine. Stores and deletes are
+// serialized by the caller (the engine's qps lock); loads may run beside
+// them.
 type qpTable struct {
 	pages [qpPages]atomic.Pointer[qpPage]
 }

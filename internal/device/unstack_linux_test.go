@@ -1,4 +1,4 @@
-package verbs
+package device
 
 import (
 	"runtime"
@@ -8,10 +8,14 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/qpstate"
+	"github.com/goroce/goroce/internal/transport"
 )
 
 // TestBusyPollUnstacks puts the threads of two goroutines that busy-poll
-// a WRITE ping-pong between two devices of this process on one CPU, then
+// a WRITE ping-pong between two engines of this process on one CPU, then
 // lets them run anywhere again, as the kernel leaves two threads it has
 // put together: a poller whose yield lets the other run must move its
 // thread away (unstack). The kernel may part them by itself before a
@@ -48,14 +52,14 @@ func TestBusyPollUnstacks(t *testing.T) {
 }
 
 // stackedPingPong runs 2,000 round trips of a WRITE ping-pong between two
-// new devices, each end's goroutine busy-polling on a thread that starts
+// new engines, each end's goroutine busy-polling on a thread that starts
 // on the CPU of one and then may run on any of mask's. It returns the
 // threads the pollers moved (unstack) and the CPUs they ended on.
 func stackedPingPong(t *testing.T, one, mask unix.CPUSet) (int64, [2]uint32) {
-	a, b := pairOn(t, newUDPDevices, 1<<16, MTU1024)
+	a, b := pairOf(t, "udp", 1<<16)
 	defer func() {
-		a.dev.EndPoll()
-		b.dev.EndPoll()
+		a.e.EndPoll()
+		b.e.EndPoll()
 	}()
 	lastUnstack.Store(0)
 	before := unstacked.Load()
@@ -64,7 +68,7 @@ func stackedPingPong(t *testing.T, one, mask unix.CPUSet) (int64, [2]uint32) {
 	pinned.Add(2)
 	errs := make([]error, 2)
 	var cpus [2]uint32
-	side := func(k int, me, peer *endpoint) {
+	side := func(k int, me, peer *end) {
 		defer wg.Done()
 		// Both threads on one CPU, then free to run anywhere: the kernel
 		// leaves them where they are. The goroutines keep their threads
@@ -87,13 +91,13 @@ func stackedPingPong(t *testing.T, one, mask unix.CPUSet) (int64, [2]uint32) {
 				if k == 0 {
 					want = uint64(i - 1)
 				}
-				if !me.dev.BusyPoll(5*time.Second, func() bool { return me.mr.RemoteWrites() >= want }) {
+				if !me.e.BusyPoll(5*time.Second, func() bool { return me.mr.RemoteWrites() >= want }) {
 					errs[k] = unix.ETIMEDOUT
 					return
 				}
 			}
-			if _, err := me.qp.PostSend([]SendWR{{WRID: uint64(i), Opcode: WRRDMAWrite, SGL: []SGE{me.mr.SGE(0, 8)},
-				RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}); err != nil {
+			if _, err := me.qp.PostSend([]transport.SendWR{{WRID: uint64(i), Opcode: transport.WRRDMAWrite,
+				SGL: []memory.SGE{{Addr: me.mr.Addr(), Length: 8, LKey: me.mr.LKey()}}, RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}, qpstate.RTS); err != nil {
 				errs[k] = err
 				return
 			}
