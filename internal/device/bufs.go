@@ -20,11 +20,11 @@ func fullBuf() []byte { return bufPool.Get().(*pktBuf)[:] }
 // rxBatch carries received packets from a reader to one worker.
 type rxBatch struct {
 	bufs   [link.MaxBatch][]byte
-	lent   [link.MaxBatch]bool // bufs[i] is the link's memory (link.Lender), not a pool buffer
+	lent   [link.MaxBatch]bool // bufs[i] is the link's memory (link.CapLend), not a pool buffer
 	qp     [link.MaxBatch]*QP  // the QP each packet is for (multicast: one copy per QP)
 	origin [link.MaxBatch]transport.Origin
 	seed   [link.MaxBatch]uint32 // with pend: the ICRC's seed (link.Packet.ICRCSeed)
-	pend   [link.MaxBatch]bool   // bufs[i]'s ICRC is still to be checked (link.ICRCDeferrer)
+	pend   [link.MaxBatch]bool   // bufs[i]'s ICRC is still to be checked (link.CapDeferICRC)
 	n      int
 }
 

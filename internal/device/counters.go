@@ -53,7 +53,7 @@ func (e *Engine) UpdateLinkCounters() { e.updateLinkCounters() }
 func (e *Engine) updateLinkCounters() {
 	ls := e.link.Stats()
 	s := e.stats
-	s.Set(stats.ICRCErrors, ls.ICRCErrors)
+	s.Set(stats.ICRCErrors, ls.ICRCErrors+e.deferredICRC.Load())
 	s.Set(stats.SocketDrops, ls.SocketDrops)
 	s.Set(stats.SameHostPkts, ls.SameHostSent)
 	s.Set(stats.SameHostDrops, ls.SameHostDrops)

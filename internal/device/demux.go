@@ -13,7 +13,7 @@ import (
 
 // Receive demultiplexing (rxe_recv.c: rxe_rcv). The link has checked each
 // packet's length and ICRC, or left the ICRC to the transport
-// (link.ICRCDeferrer); the router looks the destination QP up and hands
+// (link.CapDeferICRC); the router looks the destination QP up and hands
 // the packet to that QP's worker:
 //
 //	destination QPN 0xFFFFFF   a copy for every QP attached to the group the
@@ -59,7 +59,7 @@ func (e *Engine) readLink(l link.Link, group netip.Addr) {
 type router struct {
 	e         *Engine
 	link      link.Link
-	lender    link.Lender // link, if it lends packets; else nil
+	lend      bool // the link lends packets (link.CapLend)
 	pkts      [link.MaxBatch]link.Packet
 	batches   []*rxBatch // per worker, the batch being filled
 	group     netip.Addr // the multicast group read, or the zero Addr
@@ -81,7 +81,7 @@ func (e *Engine) newRouter(l link.Link, group netip.Addr) *router {
 	if group.IsValid() {
 		r.dst = group
 	}
-	r.lender, _ = l.(link.Lender)
+	r.lend = l.Caps()&link.CapLend != 0
 	return r
 }
 
@@ -89,8 +89,8 @@ func (e *Engine) newRouter(l link.Link, group netip.Addr) *router {
 // them.
 func (r *router) read(wait bool) (int, error) {
 	switch {
-	case r.lender != nil:
-		return r.lender.ReadLent(r.pkts[:], wait)
+	case r.lend:
+		return r.link.ReadLent(r.pkts[:], wait)
 	case wait:
 		return r.link.ReadBatch(r.pkts[:])
 	default:
@@ -102,8 +102,8 @@ func (r *router) read(wait bool) (int, error) {
 // lent goes back to it.
 func (r *router) routeAndReturn(n int) bool {
 	ok := r.route(n)
-	if r.lender != nil {
-		r.lender.ReturnLent()
+	if r.lend {
+		r.link.ReturnLent()
 	}
 	return ok
 }
@@ -197,7 +197,7 @@ func (r *router) intact(p *link.Packet) bool {
 	if !p.ICRCPending || p.Lent == nil || wire.CheckDeferredICRC(p.Lent, p.ICRCSeed) {
 		return true
 	}
-	r.e.icrc.CountICRCError()
+	r.e.deferredICRC.Add(1)
 	return false
 }
 
@@ -233,7 +233,7 @@ const inlineBatch = 4
 // returns false once the worker has stopped.
 //
 // What runs on the calling goroutine, when the worker is idle:
-//   - a lent batch (link.Lender, UDP with GRO): handing it over would cost
+//   - a lent batch (link.CapLend, UDP with GRO): handing it over would cost
 //     a copy of every byte, and placing the payload now reads it while the
 //     kernel's copy left it in cache;
 //   - a small batch: a lone packet, a ping-pong's, saves the wake-up of

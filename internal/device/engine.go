@@ -37,6 +37,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/netns"
@@ -109,11 +110,12 @@ type Engine struct {
 	placement *transport.Placement
 	workers   []*worker
 
-	// The link's features the engine uses, as the link declared them.
-	icrc  link.ICRCDeferrer // the link, if it leaves ICRC checks to the engine; else nil
-	seg   link.Segmenter    // the link, if it segments and WholeWrites is off; else nil
-	ports link.PortConnector
-	shm   interface{ SameHostActive() bool }
+	caps link.Caps // what the link declared when it opened (CapCheapWrite is asked anew)
+
+	// deferredICRC counts packets whose ICRC the link left to the
+	// engine (link.CapDeferICRC) and that turned out wrong; the device's
+	// icrc_errors adds them to the link's.
+	deferredICRC atomic.Uint64
 
 	readerDone chan struct{}
 	closing    chan struct{} // closed by Close: a parked reader ends
@@ -154,16 +156,9 @@ func Open(cfg Config) (*Engine, error) {
 		}
 		e.link = l
 	}
-	e.shm, _ = e.link.(interface{ SameHostActive() bool })
-	e.ports, _ = e.link.(link.PortConnector)
-	if seg, ok := e.link.(link.Segmenter); ok && !cfg.WholeWrites {
-		e.seg = seg
-	}
-	if e.icrc, _ = e.link.(link.ICRCDeferrer); e.icrc != nil {
-		// The transport checks such packets while it places their
-		// payload (wire.Packet.CopyPayload), and all others before it
-		// acts on them.
-		e.icrc.DeferICRC()
+	e.caps = e.link.Caps()
+	if cfg.WholeWrites {
+		e.caps &^= link.CapSegment
 	}
 	e.poll.init()
 	n := cfg.Workers
@@ -181,7 +176,10 @@ func Open(cfg Config) (*Engine, error) {
 
 // openUDP opens the device's UDP link.
 func openUDP(cfg Config) (link.Link, error) {
-	return link.ListenUDP(link.UDPConfig{Addr: cfg.Addr, Fault: cfg.Fault, SameHost: cfg.SameHost, NetNS: cfg.NetNS})
+	// With the same-host path the transport checks a ring packet's ICRC
+	// while it places the payload (wire.Packet.CopyPayload), and all
+	// others before it acts on them.
+	return link.ListenUDP(link.UDPConfig{Addr: cfg.Addr, Fault: cfg.Fault, SameHost: cfg.SameHost, DeferICRC: cfg.SameHost, NetNS: cfg.NetNS})
 }
 
 // Link returns the engine's link.
@@ -220,12 +218,12 @@ func (e *Engine) routineRead() {
 // WRITEs into WRITE_ONLY packets (transport.Path.SplitWrites): the link
 // sends runs of one size to peer as one datagram.
 func (e *Engine) splitWrites(peer netip.AddrPort) bool {
-	return e.seg != nil && e.seg.Segments(peer)
+	return e.caps&link.CapSegment != 0 && e.link.Segments(peer)
 }
 
 // eagerLink reports whether the link writes cheaply enough for eagerBatch:
 // it has same-host channels open.
-func (e *Engine) eagerLink() bool { return e.shm != nil && e.shm.SameHostActive() }
+func (e *Engine) eagerLink() bool { return e.link.Caps()&link.CapCheapWrite != 0 }
 
 // Settle waits until every worker has finished what it was doing, a
 // memory barrier between the caller and the workers: the caller may then

@@ -3,6 +3,7 @@ package device
 import (
 	"sync/atomic"
 
+	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/qpstate"
 	"github.com/goroce/goroce/internal/stamp"
@@ -138,14 +139,14 @@ func (q *QP) kickInline() {
 
 // Modify applies a modify_qp the caller has checked: the connection's path
 // and the next state. A QP that moves to RTR gets its path ready in the
-// link now, not on its first packet (link.PortConnector); an RC QP whose
+// link now, not on its first packet (link.CapConnectPort); an RC QP whose
 // peer the link segments for sends its WRITEs as WRITE_ONLY packets
 // (transport.Path.SplitWrites).
 func (q *QP) Modify(path transport.Path, next qpstate.State) {
 	if path.Peer.IsValid() {
 		path.SplitWrites = q.e.splitWrites(path.Peer) // the transport applies it to RC WRITEs only
-		if next == qpstate.RTR && q.e.ports != nil {
-			q.e.ports.ConnectPort(path.SrcPort, path.Peer)
+		if next == qpstate.RTR && q.e.caps&link.CapConnectPort != 0 {
+			q.e.link.ConnectPort(path.SrcPort, path.Peer)
 		}
 	}
 	q.w.call(func() {

@@ -252,7 +252,7 @@ func (w *worker) receive(bt *rxBatch) {
 		// dropped unread) is checked for the counters.
 		switch {
 		case !w.pkt.CheckICRC():
-			w.e.icrc.CountICRCError()
+			w.e.deferredICRC.Add(1)
 		case err != nil || qp == nil:
 			w.e.stats.Inc(stats.Malformed)
 		default:

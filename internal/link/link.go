@@ -93,17 +93,16 @@ type Packet struct {
 	// rxe uses.
 	SrcPort uint16
 
-	// Lent, set only by Lender.ReadLent, holds the packet instead of Buf:
+	// Lent, set only by ReadLent, holds the packet instead of Buf:
 	// BTH through ICRC in the link's own receive memory, which the
 	// caller may read (not write) until it calls ReturnLent. nil: the
 	// packet is in Buf.
 	Lent []byte
 
-	// ICRCPending, set only by ReadLent on a lent packet once the
-	// borrower asked for it (ICRCDeferrer.DeferICRC), says the link did
-	// not check the packet's ICRC: the borrower must, before it acts on
-	// the packet (wire.Packet.DeferICRC with ICRCSeed, the CRC of the
-	// IP, UDP and BT headers).
+	// ICRCPending, set only by ReadLent on a lent packet of a link with
+	// CapDeferICRC, says the link did not check the packet's ICRC: the
+	// borrower must, before it acts on the packet (wire.Packet.DeferICRC
+	// with ICRCSeed, the CRC of the IP, UDP and BT headers).
 	ICRCPending bool
 	ICRCSeed    uint32
 
@@ -193,6 +192,17 @@ type Link interface {
 	// net.ErrClosed, or (0, nil) while a ReadBatch is still returning.
 	PollBatch(pkts []Packet) (int, error)
 
+	// ReadLent is ReadBatch, or without wait PollBatch, except that a
+	// link with CapLend may lend packets (Packet.Lent) rather than copy
+	// them into Buf. When it returns packets, the link stays locked for
+	// reading, and what it lent valid, until ReturnLent: every other
+	// read waits (or, polling, finds nothing) meanwhile.
+	ReadLent(pkts []Packet, wait bool) (int, error)
+
+	// ReturnLent ends the loan of the last ReadLent that returned
+	// packets.
+	ReturnLent()
+
 	// Interrupt makes a ReadBatch that is waiting return (0, nil) at
 	// once, or if none is waiting, the next one. A goroutine that starts
 	// busy-polling calls it so that the reader, which holds the socket
@@ -206,9 +216,24 @@ type Link interface {
 	// net.ErrClosed after Close.
 	WriteBatch(pkts []Packet) (int, error)
 
+	// Segments reports whether packets to peer go out in runs of one
+	// size as single datagrams (CapSegment); false on other links.
+	Segments(peer netip.AddrPort) bool
+
+	// ConnectPort gets the socket that packets from source port sport
+	// to peer leave from ready ahead of the first one, from modify_qp,
+	// so that the data path does not pay for it (CapConnectPort; a
+	// socket, connect(2) and, for IPv4, the probes that learn its ID
+	// counter). Without it, or on other links, the first packet does
+	// what is needed.
+	ConnectPort(sport uint16, peer netip.AddrPort)
+
 	// LocalAddr returns the address and port the link sends from and
 	// receives on.
 	LocalAddr() netip.AddrPort
+
+	// Caps returns what the link can do beyond moving packets.
+	Caps() Caps
 
 	// Stats returns a snapshot of the link's counters.
 	Stats() Stats
@@ -218,66 +243,46 @@ type Link interface {
 	Close() error
 }
 
-// Segmenter is implemented by links that can send a run of packets of
-// one size to one peer as a single datagram (UDP with GSO: UDP_SEGMENT).
-// On such a link each datagram, not each byte, is what costs, so the
-// transport keeps the packets of an RC RDMA WRITE one size for it
-// (transport.Path.SplitWrites).
-type Segmenter interface {
-	// Segments reports whether packets to peer go out in such runs.
-	Segments(peer netip.AddrPort) bool
-}
+// Caps are what a link can do beyond moving packets, as it declares them
+// (Link.Caps): the device asks the link, not the link's type.
+type Caps uint32
 
-// PortConnector is implemented by links that connect a per-QP source
-// port's socket to its peer (UDP: the kernel then keeps the route).
-// ConnectPort does it ahead of the first packet from sport to peer, from
-// modify_qp, so that the data path does not pay for it (a socket,
-// connect(2) and, for IPv4, the probes that learn its ID counter: some 50
-// µs). Without it the first packet does the same.
-type PortConnector interface {
-	ConnectPort(sport uint16, peer netip.AddrPort)
-}
-
-// Lender is implemented by links that can hand received packets over in
-// their own receive memory instead of copying them into the caller's
-// buffers (UDP with UDP_GRO: the packets stay in the super-packets the
-// kernel wrote). A caller that processes packets at once saves a copy of
-// every byte received, and reads the payload while it is still in cache.
-type Lender interface {
-	// ReadLent is ReadBatch, or without wait PollBatch, except that it
-	// may lend packets (Packet.Lent) rather than copy them into Buf.
-	// When it returns packets, the link stays locked for reading, and
-	// what it lent valid, until ReturnLent: every other read waits (or,
-	// polling, finds nothing) meanwhile.
-	ReadLent(pkts []Packet, wait bool) (int, error)
-
-	// ReturnLent ends the loan of the last ReadLent that returned
-	// packets.
-	ReturnLent()
-}
-
-// ICRCDeferrer is a Lender that can leave the ICRC check of lent packets
-// to the borrower, which then checks a packet in the same pass that places
-// its payload (wire.Packet.CopyPayload) and reads it once instead of twice.
-//
-// UDP defers only for packets from same-host peers (UDPConfig.SameHost).
-// Shared memory is not a wire: nothing damages a packet on its way, and
-// only the peer process itself can write a wrong one, which could as well
-// write a right one. So a borrower that places the payload of a packet
-// whose ICRC then turns out wrong (and drops it) has written only where
-// the packet's headers were allowed to write. Packets that come through
-// a socket are always checked by the link.
-type ICRCDeferrer interface {
-	Lender
-
-	// DeferICRC makes later reads leave the ICRC of the packets they
-	// can to the borrower (Packet.ICRCPending).
-	DeferICRC()
-
-	// CountICRCError counts, in Stats.ICRCErrors, a packet whose
-	// deferred ICRC the borrower found wrong.
-	CountICRCError()
-}
+const (
+	// CapLend: ReadLent may lend packets in the link's own receive
+	// memory (Packet.Lent) instead of copying them into the caller's
+	// buffers (UDP with UDP_GRO: the packets stay in the super-packets
+	// the kernel wrote; the same-host rings). A caller that processes
+	// packets at once saves a copy of every byte received, and reads the
+	// payload while it is still in cache.
+	CapLend Caps = 1 << iota
+	// CapDeferICRC: lent packets may come with their ICRC unchecked
+	// (Packet.ICRCPending): the borrower checks it in the same pass that
+	// places the payload (wire.Packet.CopyPayload) and reads the packet
+	// once instead of twice. Only the same-host path defers, and only
+	// when asked to (UDPConfig.DeferICRC): shared memory is not a wire,
+	// nothing damages a packet on its way, and only the peer process can
+	// write a wrong one, which could as well write a right one. So a
+	// borrower that places the payload of a packet whose ICRC then turns
+	// out wrong (and drops it) has written only where the packet's
+	// headers were allowed to write. Packets that come through a socket
+	// are always checked by the link.
+	CapDeferICRC
+	// CapSegment: Segments may report true: the link sends a run of
+	// packets of one size to one peer as a single datagram (UDP with
+	// GSO, UDP_SEGMENT). On such a link each datagram, not each byte, is
+	// what costs, so the transport keeps the packets of an RC RDMA WRITE
+	// one size for it (transport.Path.SplitWrites).
+	CapSegment
+	// CapConnectPort: ConnectPort gets a per-QP source port's socket
+	// ready and connected to its peer (UDP: the kernel then keeps the
+	// route), ahead of the first packet, so that the data path does not
+	// pay for it.
+	CapConnectPort
+	// CapCheapWrite: a write costs no system call now (the same-host
+	// path has a channel open to a peer). Unlike the others, it may
+	// change from one call of Caps to the next.
+	CapCheapWrite
+)
 
 // counters are the atomic counters behind Stats. Hot paths add once per
 // batch, not once per packet.

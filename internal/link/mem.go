@@ -103,6 +103,22 @@ type memLink struct {
 
 func (l *memLink) LocalAddr() netip.AddrPort { return l.addr }
 
+// Caps implements Link.Caps: a memory pair only moves packets.
+func (l *memLink) Caps() Caps { return 0 }
+
+// Segments implements Link.Segments: a memory pair sends packets one by one.
+func (l *memLink) Segments(netip.AddrPort) bool { return false }
+
+// ConnectPort implements Link.ConnectPort: a memory pair has no sockets.
+func (l *memLink) ConnectPort(uint16, netip.AddrPort) {}
+
+// ReadLent implements Link.ReadLent: a memory pair lends nothing, it
+// copies.
+func (l *memLink) ReadLent(pkts []Packet, wait bool) (int, error) { return l.read(pkts, wait) }
+
+// ReturnLent implements Link.ReturnLent.
+func (l *memLink) ReturnLent() {}
+
 func (l *memLink) Interrupt() {
 	select {
 	case l.interrupt <- struct{}{}:

@@ -109,7 +109,10 @@ func TestReadLent(t *testing.T) {
 	if b.gro == nil {
 		t.Skip("no UDP_GRO")
 	}
-	var ln Lender = b
+	if b.Caps()&CapLend == 0 {
+		t.Fatal("a GRO link does not declare CapLend")
+	}
+	var ln Link = b
 	sent := make([]Packet, 16) // one run of equal sizes: a super-packet
 	for i := range sent {
 		sent[i] = Packet{Buf: buildPacket(make([]byte, MaxPacket), 0x11, uint32(i), 1024, byte(i)), Peer: b.LocalAddr()}

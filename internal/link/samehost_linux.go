@@ -72,7 +72,7 @@ import (
 
 const (
 	shmSlots    = SameHostSlots
-	shmSlotHdr  = 8    // length (4), source port (2), reserved (2)
+	shmSlotHdr  = 8 // length (4), source port (2), reserved (2)
 	shmSlotSize = (shmSlotHdr + MaxPacket + 63) &^ 63
 	shmHdrSize  = 4096
 	shmRingSize = shmHdrSize + shmSlots*shmSlotSize
@@ -669,7 +669,7 @@ func (s *sameHost) read(pkts []Packet, lend bool) int {
 	s.take()
 	n := 0
 	var c rxCount
-	deferICRC := lend && s.u.deferICRC.Load()
+	deferICRC := lend && s.u.deferICRC
 	for k := range s.in {
 		if n == len(pkts) {
 			break

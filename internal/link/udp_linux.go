@@ -69,6 +69,10 @@ type UDPConfig struct {
 	// address there. Nil means the process's own namespace.
 	NetNS *netns.NS
 
+	// DeferICRC has the same-host path lend its packets with their ICRC
+	// unchecked, for the borrower to check (CapDeferICRC).
+	DeferICRC bool
+
 	// ReportCE has the socket report each datagram's IPv4 TOS or IPv6
 	// traffic class (IP_RECVTOS, IPV6_RECVTCLASS), so that Packet.CE
 	// tells which arrived marked ECN Congestion Experienced. Off, CE is
@@ -186,7 +190,7 @@ type UDP struct {
 	gro *groReader // nil: the socket receives without UDP_GRO; guarded by readMu
 	sh  *sameHost  // nil: no same-host path (UDPConfig.SameHost)
 
-	deferICRC atomic.Bool // ICRCDeferrer.DeferICRC was called
+	deferICRC bool // UDPConfig.DeferICRC, with the same-host path
 
 	writeMu sync.Mutex
 	wr      *mmsg            // guarded by writeMu
@@ -316,21 +320,22 @@ func ListenUDP(cfg UDPConfig) (*UDP, error) {
 	flowOK := !opts.group && fault == nil &&
 		unix.SetsockoptInt(sock.fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) == nil
 	u := &UDP{
-		flowOK: flowOK,
-		opts:   opts,
-		sock:   sock,
-		set:    set,
-		laddr:  plain(la),
-		bind:   ip,
-		scope:  scope,
-		wbuf:   wbuf,
-		ns:     cfg.NetNS,
-		rd:     newMmsg(),
-		wr:     newMmsg(),
-		stage:  make([]byte, 0, MaxBatch*stageSegment),
-		ports:  make(map[uint16]*portSocket),
-		fault:  fault,
-		gso:    gso,
+		flowOK:    flowOK,
+		opts:      opts,
+		sock:      sock,
+		set:       set,
+		laddr:     plain(la),
+		bind:      ip,
+		scope:     scope,
+		wbuf:      wbuf,
+		ns:        cfg.NetNS,
+		rd:        newMmsg(),
+		wr:        newMmsg(),
+		stage:     make([]byte, 0, MaxBatch*stageSegment),
+		ports:     make(map[uint16]*portSocket),
+		fault:     fault,
+		gso:       gso,
+		deferICRC: cfg.DeferICRC,
 	}
 	if gro {
 		u.gro = new(groReader)
@@ -423,11 +428,11 @@ func (u *UDP) read(pkts []Packet, wait bool) (int, error) {
 	return n, err
 }
 
-// ReadLent implements Lender.ReadLent: with UDP_GRO, packets are lent
-// from the super-packets the kernel wrote into the link's buffers.
+// ReadLent implements Link.ReadLent: with UDP_GRO, packets are lent from
+// the super-packets the kernel wrote into the link's buffers.
 func (u *UDP) ReadLent(pkts []Packet, wait bool) (int, error) { return u.readHeld(pkts, wait, true) }
 
-// ReturnLent implements Lender.ReturnLent.
+// ReturnLent implements Link.ReturnLent.
 func (u *UDP) ReturnLent() {
 	if u.sh != nil {
 		u.sh.release()
@@ -583,19 +588,32 @@ func (u *UDP) recv(cnt int, wait bool) (int, error) {
 	}
 }
 
-// DeferICRC implements ICRCDeferrer: lent same-host packets come with their
-// ICRC unchecked.
-func (u *UDP) DeferICRC() { u.deferICRC.Store(true) }
+// Caps implements Link.Caps: a UDP link lends with UDP_GRO or the
+// same-host path, segments with GSO, connects per-QP port sockets unless
+// it has a fault stage, and writes cheaply while a same-host channel is
+// open.
+func (u *UDP) Caps() Caps {
+	var c Caps
+	if u.gro != nil || u.sh != nil {
+		c |= CapLend
+	}
+	if u.sh != nil && u.deferICRC {
+		c |= CapDeferICRC
+	}
+	if u.opts.gso {
+		c |= CapSegment
+	}
+	if u.fault == nil {
+		c |= CapConnectPort
+	}
+	if u.sh != nil && u.sh.open.Load() > 0 {
+		c |= CapCheapWrite
+	}
+	return c
+}
 
-// CountICRCError implements ICRCDeferrer.
-func (u *UDP) CountICRCError() { u.stats.icrcErrors.Add(1) }
-
-// SameHostActive reports whether the link has a same-host channel open
-// to a peer: writes to it cost no system call.
-func (u *UDP) SameHostActive() bool { return u.sh != nil && u.sh.open.Load() > 0 }
-
-// Segments reports whether packets to peer go out as UDP_SEGMENT runs
-// (Segmenter): the socket segments, and peer is not a same-host device,
+// Segments implements Link.Segments: packets to peer go out as
+// UDP_SEGMENT runs when the socket segments, and peer is not a same-host device,
 // whose ring takes one packet per slot whatever their sizes. A peer counts
 // as same-host when it listens for same-host channels (its rendezvous
 // socket exists), as the first packet to it will find.
@@ -619,7 +637,7 @@ func (u *UDP) viaSocket(peer netip.AddrPort) bool {
 	return err != nil
 }
 
-// ConnectPort implements PortConnector: it opens the socket for sport and
+// ConnectPort implements Link.ConnectPort: it opens the socket for sport and
 // connects it to peer unless packets to peer do not use it (a same-host
 // peer, another address family, a fault stage's link).
 func (u *UDP) ConnectPort(sport uint16, peer netip.AddrPort) {
