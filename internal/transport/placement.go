@@ -1,6 +1,11 @@
 package transport
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/goroce/goroce/internal/ntcopy"
+	"github.com/goroce/goroce/internal/wire"
+)
 
 // Placement decides how the responders of one device store RDMA WRITE
 // payload: with ordinary stores, which leave the target in the cache, or
@@ -107,4 +112,17 @@ func (u *reuse) distance(clock *atomic.Uint64, n uint64, cont bool) uint64 {
 	u.run += n
 	u.last = now
 	return u.run + u.gap
+}
+
+// copyPayloadNT is p.CopyPayload with non-temporal stores (internal/ntcopy),
+// for a target that cold judged likely out of cache. A packet whose ICRC
+// check was deferred is checked and copied in one pass with ordinary
+// stores, as by CopyPayload: a second pass over the payload, to check it
+// before storing it around the cache, costs more than the stores save.
+func copyPayloadNT(p *wire.Packet, dst []byte) bool {
+	if p.ICRCPending() {
+		return p.CopyPayload(dst)
+	}
+	ntcopy.Copy(dst, p.Payload)
+	return p.CheckICRC()
 }

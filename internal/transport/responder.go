@@ -346,7 +346,7 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	}
 	var ok bool
 	if r.writeNT {
-		ok = p.CopyPayloadNT(r.write[r.writeOff:])
+		ok = copyPayloadNT(p, r.write[r.writeOff:])
 	} else {
 		ok = p.CopyPayload(r.write[r.writeOff:])
 	}
