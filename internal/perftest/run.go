@@ -276,15 +276,12 @@ func (s *side) connect() error {
 // ib_write_bw and ib_send_bw) polling saves a wake-up per batch of ACKs;
 // on the side that receives it, the server of ib_send_bw and the client
 // of ib_read_bw and ib_atomic_bw, the wake-up of the reader for each
-// batch of data. Measured between two processes on one P (ninth round):
-// 64-byte WRITEs 1.15 times the rate of blocking, SENDs 1.07, READs
-// 1.18, atomics 1.24, 64 KiB SENDs 1.14, 64 KiB READs the same. (The
-// eighth round measured polling on the receiving side as a loss, before
-// a poller on one P could take the socket from the reader: verbs'
-// dispatcher.handOff.) With -b, where both sides send and receive, two
-// spinning processes on a 2-core host cost 64 KiB WRITEs 12–26 %, though
-// 64-byte ones gained 10–36 %. goroce bench has both ends in one process,
-// and its waits block unless -poll.
+// batch of data, since a poller on one P takes the socket from the reader
+// (verbs' dispatcher.handOff). With -b, where both sides send and
+// receive, the waits block: two spinning processes take from each other
+// the CPUs their devices need, and large messages slow down. goroce bench
+// has both ends in one process, and its waits block unless -poll.
+// Chosen by measurement: docs/design/tuning.md#bandwidth-polling.
 func (p *Params) busySpin() time.Duration {
 	switch {
 	case p.Events:
@@ -303,10 +300,9 @@ func (p *Params) busySpin() time.Duration {
 // perftest's server sleeps. When this side's waits busy-poll (busySpin),
 // a goroutine polls the device meanwhile, so that each request finds the
 // responder running rather than a reader asleep, to be woken from the
-// other CPU. Measured between two processes (ninth round): a 2-byte READ
-// or atomic round trip 0.4-0.55 times as long; ib_read_bw with 64-byte
-// READs 1.07-1.44 times the rate, ib_atomic_bw 1.2-2, 64 KiB WRITEs
-// 1.08-1.14; 64-byte WRITEs and 64 KiB READs about the same.
+// other CPU: that wake-up is most of a small READ's or atomic's round
+// trip.
+// Chosen by measurement: docs/design/tuning.md#serve-polling.
 func (s *side) serve(wait func() error) error {
 	if s.busy == 0 {
 		return wait()
@@ -503,8 +499,9 @@ func (s *side) bwClient(size int) (*bwTimes, error) {
 		// perftest visits every QP on each pass and posts to those with
 		// room; a QP's room comes only from its completions, so the pass
 		// visits the QPs in room, in the same order, and makes the same
-		// posts (with 1024 QPs a pass over all of them took 4 % of the
-		// client's CPU).
+		// posts without a check of every QP on every pass, which with
+		// hundreds of QPs is a visible share of the client's CPU.
+		// Chosen by measurement: docs/design/tuning.md#qp-set.
 		for i := range room.members() {
 			if gap > 0 && burst == 0 { // the software rate limiter: one burst per gap
 				if time.Now().Before(nextBurst) {
