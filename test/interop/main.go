@@ -56,9 +56,10 @@ type cell struct {
 	pending   bool // goroce may not support this yet (UC/UD, ud_pingpong)
 	// paced: goroce, when it is the sending client, runs perftest's
 	// software rate limiter. UC and UD have no flow control, and the
-	// emulated guest absorbs ~10-20 MB/s: a host sender at full speed
-	// overruns its receive queue and the real server waits forever for
-	// the lost messages (as it would behind any slow receiver).
+	// emulated guest absorbs far less than a host sender at full speed
+	// sends: such a sender overruns the guest's receive queue, and the
+	// real server waits forever for the lost messages (as it would behind
+	// any slow receiver).
 	paced bool
 }
 
@@ -69,7 +70,8 @@ func (c cell) name() string {
 	return strings.TrimSpace(c.tool + " " + strings.Join(c.args, " "))
 }
 
-// matrix is the interop matrix of issue 7.
+// matrix returns the cells the harness runs, each in both directions:
+// the perftest and ibv_*_pingpong tools goroce has twins of.
 func matrix() []cell {
 	const n = 200
 	var cs []cell
@@ -289,8 +291,8 @@ var errPending = errors.New("pending")
 
 // guestServerScript runs cmd in the guest in the background, prints
 // "PID n" and "LISTENING" once TCP port 18515 listens (shell builtins only:
-// every fork costs ~70 ms under TCG), then the tool's output and exits with
-// its status.
+// a fork is slow in a guest emulated by TCG), then the tool's output and
+// exits with its status.
 func guestServerScript(cmd string) string {
 	return fmt.Sprintf(`cd /tmp
 timeout %d %s > /tmp/srv.out 2>&1 &
