@@ -152,8 +152,7 @@ func (r *requester) psnsLeft(qp *QP, w *sendWQE) int {
 	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
 		return 1
 	}
-	mtu := uint64(qp.path.MTU)
-	return max(int((w.length-r.offset+mtu-1)/mtu), 1)
+	return packets(w.length-r.offset, qp.path.MTU)
 }
 
 // credit reports whether the requester holds the PSNs the next packet of
@@ -250,13 +249,12 @@ func (r *requester) wants(qp *QP, left, need int) int {
 	rest := r.psn.Add(left).Diff(r.maxPSN)
 	if r.offset == 0 && rest < grantAhead {
 		_, tail := qp.cfg.SQ.bounds()
-		mtu := uint64(qp.path.MTU)
 		for i := r.wqe + 1; i != tail && rest < grantAhead; i++ {
 			w := qp.cfg.SQ.slot(i)
 			if !streams(w) || w.wr.Flags&SendFence != 0 {
 				break
 			}
-			rest += max(int((w.length+mtu-1)/mtu), 1)
+			rest += packets(w.length, qp.path.MTU)
 		}
 		rest = min(rest, max(grantAhead, need))
 	}

@@ -298,7 +298,7 @@ func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 	first := r.offset == 0
 	if first {
 		w.firstPSN, w.started = r.psn, true
-		w.npkts = int(max((w.length+mtu-1)/mtu, 1))
+		w.npkts = packets(w.length, qp.path.MTU)
 	}
 	last := true
 	switch w.wr.Opcode {
@@ -363,10 +363,7 @@ func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 
 	switch w.wr.Opcode {
 	case WRRDMARead:
-		r.psn = r.psn.Add(int((w.length - r.offset + mtu - 1) / mtu))
-		if w.length == r.offset {
-			r.psn = r.psn.Next() // a zero-length READ still takes one PSN
-		}
+		r.psn = r.psn.Add(packets(w.length-r.offset, qp.path.MTU)) // a zero-length READ still takes one PSN
 		r.rdAtomicOut++
 		w.sent = true
 	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:

@@ -393,7 +393,7 @@ func (qp *QP) respRead(p *wire.Packet, pn psn.PSN) {
 		}
 		data = b
 	}
-	npkts := max(int((n+uint64(qp.path.MTU)-1)/uint64(qp.path.MTU)), 1)
+	npkts := packets(n, qp.path.MTU)
 	r.msn = (r.msn + 1) & 0xffffff
 	r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn, data: data})
 	r.psn = pn.Add(npkts)
