@@ -537,18 +537,7 @@ func (qp *QP) sendResponses(all bool) {
 func (qp *QP) sendReadPacket(j *respJob) {
 	mtu := qp.path.MTU
 	n := min(len(j.data), mtu)
-	first, last := j.sent == 0, len(j.data) <= mtu
-	var op uint8
-	switch {
-	case first && last:
-		op = wire.OpReadResponseOnly
-	case first:
-		op = wire.OpReadResponseFirst
-	case last:
-		op = wire.OpReadResponseLast
-	default:
-		op = wire.OpReadResponseMiddle
-	}
+	op := readResponseOps[position(j.sent == 0, len(j.data) <= mtu)]
 	h := wire.Headers{BTH: qp.respBTH(op, j.psn.Add(j.sent))}
 	h.AETH = wire.AETHFields{Syndrome: ackSyndrome, MSN: j.msn}
 	qp.emitHeaders(&h, j.data[:n])
