@@ -41,8 +41,8 @@ func UpdateCopy(crc uint32, dst, p []byte) uint32 {
 // together in an array on the caller's stack: unlike Update it never lets p
 // escape to the heap (hash/crc32, which Update falls back to for long inputs
 // on CPUs without the vector code, keeps a reference to its slice). Where the
-// CPU has no vector code it takes about 1 ns a byte, so it is meant for
-// inputs of a few dozen bytes.
+// CPU has no vector code it goes eight bytes a step (slicing-by-8), so it is
+// meant for inputs of a few dozen bytes.
 func UpdateShort(crc uint32, p []byte) uint32 {
 	crc, p = archUpdate(crc, p)
 	return slicingUpdate(crc, p)
@@ -51,8 +51,9 @@ func UpdateShort(crc uint32, p []byte) uint32 {
 // genericUpdate is the fallback, used for short inputs, for the tail that the
 // vector code leaves (fewer than 16 bytes), and on CPUs (or builds) without
 // the vector code. Below 64 bytes hash/crc32 itself goes byte by byte (below
-// 16) or by slicing-by-8, behind a dispatch that costs as much as the work:
-// 8 bytes took it 21-28 ns, and Update 11 with slicingUpdate.
+// 16) or by slicing-by-8, behind a dispatch that costs as much as the work,
+// so slicingUpdate takes those inputs itself.
+// Chosen by measurement: docs/design/tuning.md#short-crc.
 func genericUpdate(crc uint32, p []byte) uint32 {
 	if len(p) < 64 {
 		return slicingUpdate(crc, p)

@@ -49,8 +49,8 @@ func bestImpl() int {
 // register for ieeeAVX512, two 128-bit lanes for ieeeAVX2. hash/crc32 starts
 // folding at 64 bytes, with 128-bit registers (or one 512-bit register from
 // 1024 bytes on where the CPU has AVX-512), and below 64 bytes uses
-// slicing-by-8. From 256 bytes on ieeeAVX512 is more than twice as fast as
-// hash/crc32, and ieeeAVX2 on a CPU without AVX-512 (see BenchmarkUpdate).
+// slicing-by-8; BenchmarkUpdate compares each implementation with it, by
+// length.
 var minVectorLen = [...]int{implAVX2: 32, implAVX512: 64}
 
 // ieeeAVX512 returns the CRC of p with initial value crc, both in the inverted

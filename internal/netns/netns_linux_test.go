@@ -93,9 +93,9 @@ func TestDo(t *testing.T) {
 
 // TestDoLeavesMainThread enters a namespace many times: the main thread
 // must stay in the process's namespace, which /proc/self/ns/net shows. A
-// Do that ran on the main thread used to leave it parked in the other
-// one, and /proc/self/net/snmp then counted that namespace's datagrams
-// (verbs' TestFaultyUDP read the kernel's drops there, and found none).
+// Do that ran on the main thread would leave it parked in the other one,
+// and /proc/self/net/snmp would then count that namespace's datagrams
+// (verbs' TestFaultyUDP reads the kernel's drops there).
 func TestDoLeavesMainThread(t *testing.T) {
 	v := newVeth(t)
 	for range 200 {

@@ -87,15 +87,12 @@ func (p *Params) asTool() {
 // device, busySpin), and the kernel's half of each send runs in its system
 // call, so one P is what the process needs. With more, the Go scheduler
 // wakes an idle P each time the reader readies the application's goroutine
-// or the reverse, and the QPs' state moves between cores: on the 2-vCPU
-// machine of docs/perf/HISTORY.md's eighth round, where waking an idle vCPU
-// is dear, one P alone moved 64-byte messages between two processes
-// 1.16–1.35 times as fast, and with the client polling 1.1–2 times. The
-// latency tools, whose both sides poll, keep their typical latency on one
-// P and lower their tails: ib_write_lat's 99th percentile 0.5–0.9 times
-// that with two Ps, ib_send_lat's and ib_read_lat's likewise (ninth round;
-// before the poller's hand-off, verbs' dispatcher.handOff, one P had made
-// it up to 6 times worse).
+// or the reverse, and the QPs' state moves between cores, which costs
+// more than a second P brings wherever waking an idle CPU is dear, as on
+// a small virtual machine. A poller on one P takes the socket from the
+// reader (verbs' dispatcher.handOff), so the latency tools, whose both
+// sides poll, keep their typical latency on one P and have shorter tails.
+// Chosen by measurement: docs/design/tuning.md#one-p.
 func oneP() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)

@@ -218,7 +218,7 @@ func checkValid(t *testing.T, typ Type, from, to State, a attrs) {
 }
 
 // TestManPage checks the required attributes listed in ibv_modify_qp(3)
-// (REFERENCE.md §2) for RESET→INIT→RTR→RTS.
+// (rdma-core's libibverbs/man/ibv_modify_qp.3) for RESET→INIT→RTR→RTS.
 func TestManPage(t *testing.T) {
 	tests := []struct {
 		typ      Type

@@ -138,10 +138,8 @@ func benchWrite(b *testing.B, size int) {
 // (verbs' sendBudget), every WR signaled, as perftest signals them above
 // 8 KiB, each QP with up to 128 outstanding. With hundreds of QPs, each
 // QP's state, queue slots and buffers have left the cache by its next
-// turn; the budget's grants decide how many messages a turn sends (256
-// QPs: 25 µs a message with grants of one message, 13 with four;
-// docs/perf/HISTORY.md, sixteenth round; 1024 QPs: 4.9 µs with grants of
-// eight, 4.4 with sixteen, twenty-eighth round).
+// turn; the budget's grants decide how many messages a turn sends
+// (minGrant, docs/design/tuning.md#min-grant).
 func BenchmarkWriteQPs(b *testing.B) {
 	for _, q := range []int{1, 16, 256, 1024} {
 		b.Run(fmt.Sprint(q), func(b *testing.B) { benchWriteQPs(b, q, 65536) })
@@ -161,7 +159,7 @@ func benchWriteQPs(b *testing.B, nqp, size int) {
 	dirty, spare := make([]*QP, 0, 2*nqp), make([]*QP, 0, 2*nqp)
 	budget := NewBudget(1024, func(qp *QP) { dirty = append(dirty, qp) })
 	ea, eb := &benchEnv{gather: true}, &benchEnv{gather: true}
-	for _, e := range []*benchEnv{ea, eb} { // a round emits at most the budget's packets
+	for _, e := range []*benchEnv{ea, eb} { // a pass of the loop emits at most the budget's packets
 		for range 1024 {
 			e.free = append(e.free, make([]byte, 0, link.MaxPacket))
 		}

@@ -37,24 +37,19 @@ type budgetWait struct {
 // MTU 4096. Handing out PSNs a few at a time, as ACKs return them, would
 // cut messages into short bursts that each ask for an ACK, and a QP among
 // hundreds would send one message per turn, every turn on per-QP state
-// that the other QPs' payloads have pushed out of the cache. 64 instead
-// of 16 (a message at a time): 256 and 1024 QPs between two processes
-// moved 1.32× and 1.11× the bytes in one sitting, 1.29× and 1.21× in
-// another (docs/perf/HISTORY.md, sixteenth round); 128 instead of 64:
-// 1.06× and 1.13×, ahead in 8 and 10 of 10 rotated rounds, 16 QPs 1.05×,
-// one QP and 64-byte messages unchanged (twenty-first round); 256
-// instead of 128: over the same-host path 1.09× and 1.10× in close runs
-// (ahead in 6 of 7 and 5 of 6 rotated rounds), over UDP 1.05× and 1.03×,
-// one QP within the noise (twenty-eighth round).
-// The price is paid in a long queue: a QP waits for the grants of the
-// QPs ahead of it, now up to 256 PSNs each; with a budget of 1024, four
-// QPs send at a time.
+// that the other QPs' payloads have pushed out of the cache. The larger
+// the grant, the more bytes each such turn moves; the price is paid in a
+// long queue: a QP waits for the grants of the QPs ahead of it, and with
+// a budget of 1024 four QPs send at a time.
+// Chosen by measurement: docs/design/tuning.md#min-grant.
 const minGrant = 2 * MaxUnackedPSNs
 
 // grantAhead is how far past the message it starts a requester asks its
 // budget for: the PSNs of the SENDs and WRITEs queued behind it, up to
 // this many with the message's own, so that the QP sends them in the
-// same turn.
+// same turn: a QP that asked for its message's PSNs alone would be granted
+// no more than those, however large minGrant.
+// Chosen by measurement: docs/design/tuning.md#grant-ahead.
 const grantAhead = minGrant
 
 // NewBudget returns a budget of n PSNs (at least maxTake). wake must make
@@ -157,8 +152,7 @@ func (r *requester) psnsLeft(qp *QP, w *sendWQE) int {
 	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
 		return 1
 	}
-	mtu := uint64(qp.path.MTU)
-	return max(int((w.length-r.offset+mtu-1)/mtu), 1)
+	return packets(w.length-r.offset, qp.path.MTU)
 }
 
 // credit reports whether the requester holds the PSNs the next packet of
@@ -195,7 +189,7 @@ func (r *requester) credit(qp *QP, w *sendWQE, take bool) bool {
 			want = r.wants(qp, left, need)
 		}
 		// PSNs set aside while the QP waited may fall short of a need
-		// that grew meanwhile: then the next round asks again.
+		// that grew meanwhile: then the loop asks again.
 		g := b.take(qp, need-spare, want-spare)
 		if g == 0 {
 			return false
@@ -255,13 +249,12 @@ func (r *requester) wants(qp *QP, left, need int) int {
 	rest := r.psn.Add(left).Diff(r.maxPSN)
 	if r.offset == 0 && rest < grantAhead {
 		_, tail := qp.cfg.SQ.bounds()
-		mtu := uint64(qp.path.MTU)
 		for i := r.wqe + 1; i != tail && rest < grantAhead; i++ {
 			w := qp.cfg.SQ.slot(i)
 			if !streams(w) || w.wr.Flags&SendFence != 0 {
 				break
 			}
-			rest += max(int((w.length+mtu-1)/mtu), 1)
+			rest += packets(w.length, qp.path.MTU)
 		}
 		rest = min(rest, max(grantAhead, need))
 	}

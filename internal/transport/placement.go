@@ -1,6 +1,11 @@
 package transport
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/goroce/goroce/internal/ntcopy"
+	"github.com/goroce/goroce/internal/wire"
+)
 
 // Placement decides how the responders of one device store RDMA WRITE
 // payload: with ordinary stores, which leave the target in the cache, or
@@ -19,13 +24,10 @@ import "sync/atomic"
 // Every byte placed also went through the kernel's socket buffer and
 // goroce's receive buffer, three bytes of cache traffic or more for one
 // of payload, so a target whose distance exceeds a third of the
-// last-level cache has most likely left it. On an AMD EPYC with a 32 MiB
-// L3 (docs/perf/HISTORY.md, twelfth round), non-temporal stores made the
-// copy of a 4 KiB packet into a cold target 1.4× as fast and into a
-// cached one 3.4× as slow; always used, they lost against ordinary stores
-// with 1 and 64 QPs writing 64 KiB each (64 KiB and 4 MiB of distance);
-// used from this distance on, 256 and 1024 QPs moved 1.16× and 1.25× the
-// bytes in one process with 0.9× the CPU per byte.
+// last-level cache has most likely left it. Below that distance ordinary
+// stores are the better ones: a target the cache still holds, such as
+// the buffer one QP or a few rewrite, is written there and stays there.
+// Chosen by measurement: docs/design/tuning.md#placement-distance.
 //
 // The same measure over the payload the device's requesters gather from
 // their sources (a clock of its own) tells a requester whether the source
@@ -35,13 +37,11 @@ import "sync/atomic"
 // builds the rest of the batch, before the link reads them to copy and
 // checksum them; without it each packet stalls on its own lines, since
 // the hardware prefetcher stops at each page and a 4 KiB packet is a
-// page. Asked for every packet, the lines cost where the source is cached
-// (2.5 % of a one-QP client's CPU, the prefetches waiting on miss
-// buffers); asked for cold messages only, 1024 QPs writing 64 KiB each
-// between two processes over UDP moved 1.02–1.08× the bytes in rotated
-// runs with the vCPUs close (docs/perf/HISTORY.md, twenty-seventh
-// round). A QP's turn sends up to sixteen messages from one source, so
-// only the first is cold.
+// page. Only cold messages ask: for a cached source the prefetches are
+// pure cost, each waiting on a miss buffer. A QP's turn sends several
+// messages from one source (up to minGrant PSNs), and only the first of
+// them is cold.
+// Chosen by measurement: docs/design/tuning.md#cold-sources.
 type Placement struct {
 	// Distance is the reuse distance in bytes from which a message is
 	// placed with non-temporal stores, or its source prefetched; 0
@@ -107,4 +107,18 @@ func (u *reuse) distance(clock *atomic.Uint64, n uint64, cont bool) uint64 {
 	u.run += n
 	u.last = now
 	return u.run + u.gap
+}
+
+// copyPayloadNT is p.CopyPayload with non-temporal stores (internal/ntcopy),
+// for a target that cold judged likely out of cache. A packet whose ICRC
+// check was deferred is checked and copied in one pass with ordinary
+// stores, as by CopyPayload: a second pass over the payload, to check it
+// before storing it around the cache, costs more than the stores save.
+// Chosen by measurement: docs/design/tuning.md#deferred-icrc-placement.
+func copyPayloadNT(p *wire.Packet, dst []byte) bool {
+	if p.ICRCPending() {
+		return p.CopyPayload(dst)
+	}
+	ntcopy.Copy(dst, p.Payload)
+	return p.CheckICRC()
 }

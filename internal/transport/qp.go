@@ -29,7 +29,7 @@ import (
 	"github.com/goroce/goroce/internal/wire"
 )
 
-// Limits of the RC engines (rxe's values, REFERENCE.md §1.2).
+// Limits of the RC engines (rxe's values, rxe_param.h).
 const (
 	MaxUnackedPSNs = 128     // send window: PSNs in flight unless Config.Window says more (rxe MAX_UNACKED_PSNS)
 	MaxPktPerAck   = 64      // AckReq cadence (rxe RXE_MAX_PKT_PER_ACK)

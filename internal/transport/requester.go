@@ -130,43 +130,27 @@ func (qp *QP) localInvalidate(w *sendWQE) {
 
 // sendOpcode picks the opcode of a SEND or RDMA WRITE packet (IBA 9.2.1).
 func sendOpcode(w *sendWQE, first, last bool) uint8 {
-	var op uint8
+	pos := position(first, last)
 	switch w.wr.Opcode {
 	case WRSend, WRSendWithImm, WRSendWithInv:
+		op := sendOps[pos]
 		switch {
-		case first && last:
-			op = wire.OpSendOnly
-		case first:
-			op = wire.OpSendFirst
-		case last:
-			op = wire.OpSendLast
-		default:
-			return wire.OpSendMiddle
-		}
-		switch {
-		case last && w.wr.Opcode == WRSendWithImm:
+		case !last:
+		case w.wr.Opcode == WRSendWithImm:
 			op++ // SEND_LAST_WITH_IMMEDIATE, SEND_ONLY_WITH_IMMEDIATE
-		case last && w.wr.Opcode == WRSendWithInv && first:
+		case w.wr.Opcode == WRSendWithInv && first:
 			op = wire.OpSendOnlyInv
-		case last && w.wr.Opcode == WRSendWithInv:
+		case w.wr.Opcode == WRSendWithInv:
 			op = wire.OpSendLastInv
 		}
+		return op
 	default: // RDMA WRITE
-		switch {
-		case first && last:
-			op = wire.OpWriteOnly
-		case first:
-			return wire.OpWriteFirst
-		case last:
-			op = wire.OpWriteLast
-		default:
-			return wire.OpWriteMiddle
-		}
-		if w.wr.Opcode == WRRDMAWriteWithImm {
+		op := writeOps[pos]
+		if last && w.wr.Opcode == WRRDMAWriteWithImm {
 			op++ // RDMA_WRITE_LAST_WITH_IMMEDIATE, RDMA_WRITE_ONLY_WITH_IMMEDIATE
 		}
+		return op
 	}
-	return op
 }
 
 // emitPayload builds and emits a packet with headers h and the next n
@@ -298,7 +282,7 @@ func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 	first := r.offset == 0
 	if first {
 		w.firstPSN, w.started = r.psn, true
-		w.npkts = int(max((w.length+mtu-1)/mtu, 1))
+		w.npkts = packets(w.length, qp.path.MTU)
 	}
 	last := true
 	switch w.wr.Opcode {
@@ -363,10 +347,7 @@ func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 
 	switch w.wr.Opcode {
 	case WRRDMARead:
-		r.psn = r.psn.Add(int((w.length - r.offset + mtu - 1) / mtu))
-		if w.length == r.offset {
-			r.psn = r.psn.Next() // a zero-length READ still takes one PSN
-		}
+		r.psn = r.psn.Add(packets(w.length-r.offset, qp.path.MTU)) // a zero-length READ still takes one PSN
 		r.rdAtomicOut++
 		w.sent = true
 	case WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:

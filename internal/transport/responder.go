@@ -346,7 +346,7 @@ func (qp *QP) respWrite(p *wire.Packet, pn psn.PSN) {
 	}
 	var ok bool
 	if r.writeNT {
-		ok = p.CopyPayloadNT(r.write[r.writeOff:])
+		ok = copyPayloadNT(p, r.write[r.writeOff:])
 	} else {
 		ok = p.CopyPayload(r.write[r.writeOff:])
 	}
@@ -393,7 +393,7 @@ func (qp *QP) respRead(p *wire.Packet, pn psn.PSN) {
 		}
 		data = b
 	}
-	npkts := max(int((n+uint64(qp.path.MTU)-1)/uint64(qp.path.MTU)), 1)
+	npkts := packets(n, qp.path.MTU)
 	r.msn = (r.msn + 1) & 0xffffff
 	r.readQ = append(r.readQ, respJob{kind: wire.KindRead, psn: pn, msn: r.msn, data: data})
 	r.psn = pn.Add(npkts)
@@ -537,18 +537,7 @@ func (qp *QP) sendResponses(all bool) {
 func (qp *QP) sendReadPacket(j *respJob) {
 	mtu := qp.path.MTU
 	n := min(len(j.data), mtu)
-	first, last := j.sent == 0, len(j.data) <= mtu
-	var op uint8
-	switch {
-	case first && last:
-		op = wire.OpReadResponseOnly
-	case first:
-		op = wire.OpReadResponseFirst
-	case last:
-		op = wire.OpReadResponseLast
-	default:
-		op = wire.OpReadResponseMiddle
-	}
+	op := readResponseOps[position(j.sent == 0, len(j.data) <= mtu)]
 	h := wire.Headers{BTH: qp.respBTH(op, j.psn.Add(j.sent))}
 	h.AETH = wire.AETHFields{Syndrome: ackSyndrome, MSN: j.msn}
 	qp.emitHeaders(&h, j.data[:n])

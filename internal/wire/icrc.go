@@ -37,8 +37,7 @@ const maxPrefix = lrhLen + 60 + UDPLen + BTHLen
 // left 8 to a slower loop. The rest of the packet, already in memory the
 // caller owns, goes through fastcrc.Update: carry-less multiplication with
 // four 512-bit accumulators where the CPU has AVX-512, four 256-bit ones
-// where it has AVX2 and VPCLMULQDQ (2–2.4× hash/crc32 from 1 KiB up either
-// way), and hash/crc32 elsewhere.
+// where it has AVX2 and VPCLMULQDQ, and hash/crc32 elsewhere.
 
 // crcFeed advances a CRC-32 register (not inverted) over p.
 func crcFeed(r uint32, p []byte) uint32 { return ^fastcrc.UpdateShort(^r, p) }
@@ -110,9 +109,10 @@ func (f *IPFields) ICRC(pkt []byte) uint32 {
 // ICRCGather and ICRCCopy copy first and then checksum with the rest in one
 // call, instead of checksumming the extended headers, the payload (as they
 // copy it) and the pad in a call each: the vector CRC costs about as much
-// for 16 bytes as for 128 (BenchmarkICRC: a 64-byte WRITE's gather takes
-// 30 % less). From about a kilobyte reading the payload twice costs more
-// than the calls it saves.
+// for 16 bytes as for 128, so for a short packet the calls cost more than
+// reading its payload twice. From about a kilobyte reading the payload
+// twice costs more than the calls it saves.
+// Chosen by measurement: docs/design/tuning.md#short-packet.
 const shortPacket = 512
 
 // ICRCCopy copies a packet (BTH through pad) given in three parts, head

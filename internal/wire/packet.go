@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/goroce/goroce/internal/fastcrc"
-	"github.com/goroce/goroce/internal/ntcopy"
 )
 
 // ICRCLen is the length of the invariant CRC that ends every RoCE packet.
@@ -99,19 +98,6 @@ func (p *Packet) CopyPayload(dst []byte) bool {
 	c = fastcrc.UpdateCopy(c, dst, p.Payload)
 	c = fastcrc.Update(c, p.Pad)
 	p.icrcBad = c != StoredICRC(p.Raw)
-	return !p.icrcBad
-}
-
-// CopyPayloadNT is CopyPayload with non-temporal stores (internal/ntcopy),
-// for a target that is likely out of cache. A packet whose ICRC check was
-// deferred is checked and copied in one pass with ordinary stores, as by
-// CopyPayload: checking it first and then storing around the cache did
-// not pay (256 QPs over the same-host path in one process, twelfth round).
-func (p *Packet) CopyPayloadNT(dst []byte) bool {
-	if p.icrcPending {
-		return p.CopyPayload(dst)
-	}
-	ntcopy.Copy(dst, p.Payload)
 	return !p.icrcBad
 }
 

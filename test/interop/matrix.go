@@ -1,0 +1,69 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+)
+
+// A cell of the matrix: one tool with one set of flags, run both ways.
+type cell struct {
+	tool      string   // goroce's binary (cmd/<tool>)
+	guestTool string   // the real tool in the guest
+	kind      string   // "bw", "lat" or "pp"
+	args      []string // flags both sides get
+	size      int      // expected #bytes column (pp: message size)
+	iters     int
+	pending   bool // goroce may not support this yet (UC/UD, ud_pingpong)
+	// paced: goroce, when it is the sending client, runs perftest's
+	// software rate limiter. UC and UD have no flow control, and the
+	// emulated guest absorbs far less than a host sender at full speed
+	// sends: such a sender overruns the guest's receive queue, and the
+	// real server waits forever for the lost messages (as it would behind
+	// any slow receiver).
+	paced bool
+}
+
+func (c cell) name() string {
+	return strings.TrimSpace(c.tool + " " + strings.Join(c.args, " "))
+}
+
+// matrix returns the cells the harness runs, each in both directions:
+// the perftest and ibv_*_pingpong tools goroce has twins of.
+func matrix() []cell {
+	const n = 200
+	var cs []cell
+	bw := func(tool string, conn string, sizes ...int) {
+		for _, s := range sizes {
+			args := []string{"-s", strconv.Itoa(s), "-n", strconv.Itoa(n)}
+			if conn != "RC" {
+				args = append(args, "-c", conn)
+			}
+			cs = append(cs, cell{tool: tool, guestTool: tool, kind: "bw", args: args, size: s, iters: n, pending: conn != "RC", paced: conn != "RC"})
+		}
+	}
+	bw("ib_write_bw", "RC", 2, 4096, 65536)
+	bw("ib_read_bw", "RC", 2, 4096, 65536)
+	bw("ib_send_bw", "RC", 2, 4096, 65536)
+	bw("ib_atomic_bw", "RC", 8)
+	bw("ib_send_bw", "UC", 2, 4096, 65536)
+	bw("ib_write_bw", "UC", 2, 4096, 65536)
+	bw("ib_send_bw", "UD", 2, 1024) // a UD message is at most the path MTU (1024 here)
+	for _, t := range []string{"ib_write_lat", "ib_read_lat", "ib_send_lat", "ib_atomic_lat"} {
+		size := 2
+		if t == "ib_atomic_lat" {
+			size = 8
+		}
+		cs = append(cs, cell{tool: t, guestTool: t, kind: "lat", args: []string{"-n", strconv.Itoa(n)}, size: size, iters: n})
+	}
+	// WRITEs of several packets: goroce sends each packet as a WRITE_ONLY
+	// of its own (docs/WIRE.md, "Split WRITEs"), and waits for the bytes
+	// of rxe's one message.
+	cs = append(cs, cell{tool: "ib_write_lat", guestTool: "ib_write_lat", kind: "lat", args: []string{"-s", "8192", "-n", strconv.Itoa(n)}, size: 8192, iters: n})
+	cs = append(cs,
+		cell{tool: "rc_pingpong", guestTool: "ibv_rc_pingpong", kind: "pp", args: []string{"-n", strconv.Itoa(n)}, size: 4096, iters: n},
+		// ibv_ud_pingpong's default 2048 bytes do not fit the guest's 1024-byte path MTU.
+		cell{tool: "ud_pingpong", guestTool: "ibv_ud_pingpong", kind: "pp", args: []string{"-n", strconv.Itoa(n), "-s", "512"}, size: 512, iters: n, pending: true},
+		cell{tool: "uc_pingpong", guestTool: "ibv_uc_pingpong", kind: "pp", args: []string{"-n", strconv.Itoa(n)}, size: 4096, iters: n},
+	)
+	return cs
+}
