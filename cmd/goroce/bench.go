@@ -7,10 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/goroce/goroce/internal/bench"
 	"github.com/goroce/goroce/internal/netns"
@@ -44,7 +42,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	maxSize := fs.Int("max-size", 8<<20, "with -sweep: the largest message size")
 	maxQPs := fs.Int("max-qps", 1024, "with -sweep: the largest QP count")
 	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
-	veth := fs.Bool("veth", false, "run both ends, goroce and TCP, in two network namespaces made for the run and joined by a veth pair, at "+vethServer.String()+" and "+vethClient.String()+" (root; needs the ip command)")
+	veth := fs.Bool("veth", false, "run both ends, goroce and TCP, in two network namespaces made for the run and joined by a veth pair, at "+bench.VethServer.String()+" and "+bench.VethClient.String()+" (root; needs the ip command)")
 	vethMTU := fs.Int("veth-mtu", 9000, "with -veth: the veth pair's MTU (9000 gives RoCE MTU 4096)")
 	targets := fs.Bool("targets", false, "measure issue 8's targets between two processes: goroce's perftest tools and TCP, each end in its own process, and the kernel's floor under the latency (a bare UDP ping-pong) (takes -s, -n: messages of each bandwidth test in all, split over its QPs, default 40960, -lat-n: default 20000, -rate-n, -qps, -rounds, -samehost, -addrs or -veth)")
 	rateIters := fs.Int("rate-n", 1_000_000, "with -targets: 64-byte messages of the message rate test")
@@ -110,11 +108,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "goroce bench: -veth picks the addresses and runs over UDP: it excludes -addrs and -samehost (the same-host path joins devices of one namespace)")
 			return 2
 		}
-		if vp, err = netns.NewVeth("goroce-bench", vethServer, vethClient, *vethMTU); err != nil {
+		var stop func()
+		if vp, stop, err = bench.NewVeth("goroce-bench", *vethMTU, "goroce bench", stderr); err != nil {
 			fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
 			return 1
 		}
-		stop := deleteOnSignal(vp, stderr)
 		defer stop()
 		cfg.Server, cfg.Client = vp.A, vp.B
 		cfg.ServerNS, cfg.ClientNS = vp.NSA, vp.NSB
@@ -158,39 +156,6 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// The ends' addresses with -veth, from 198.18.0.0/15, the range RFC 2544
-// sets aside for benchmarks.
-var (
-	vethServer = netip.MustParsePrefix("198.18.9.1/24")
-	vethClient = netip.MustParsePrefix("198.18.9.2/24")
-)
-
-// deleteOnSignal deletes v's namespaces when the benchmark ends, and also
-// if SIGINT or SIGTERM ends the process first. Call stop when done.
-func deleteOnSignal(v *netns.Veth, stderr io.Writer) (stop func()) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sig:
-			if err := v.Close(); err != nil {
-				fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
-			}
-			fmt.Fprintf(stderr, "goroce bench: %v\n", s)
-			os.Exit(130)
-		case <-done:
-		}
-	}()
-	return func() {
-		signal.Stop(sig)
-		close(done)
-		if err := v.Close(); err != nil {
-			fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
-		}
-	}
 }
 
 // targetFlags are the values of the flags goroce bench -targets takes

@@ -2,7 +2,9 @@
 // bandwidth and latency test between two goroce devices of one process on
 // two loopback addresses, and the same transfer over TCP in the same run,
 // so that the result reads as a ratio measured on the same machine at the
-// same moment.
+// same moment. The pieces it is made of (Ends and Pair, the TCP
+// comparison's ends, LastColumn, Spread, NewVeth) are exported for the
+// performance laboratory, tools/perf, which measures with them too.
 package bench
 
 import (
@@ -100,11 +102,11 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if !cfg.Server.IsValid() {
 		cfg.Server, cfg.Client = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	}
-	e, err := openEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
+	e, err := OpenEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
 	if err != nil {
 		return nil, err
 	}
-	defer e.close()
+	defer e.Close()
 
 	fmt.Fprintf(out, "goroce bench: %s between two goroce devices (%v, %v) and over TCP, in one run\n",
 		map[perftest.Verb]string{perftest.Write: "RDMA WRITE", perftest.Read: "RDMA READ", perftest.Send: "SEND"}[cfg.Verb],
@@ -134,7 +136,7 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	}
 	cpu0 := cpuTime()
 	var bwOut string
-	withProcs(cfg.Procs, func() { bwOut, err = pair(bwTest, bwArgs, cfg.Poll, e, out) })
+	WithProcs(cfg.Procs, func() { bwOut, err = Pair(bwTest, bwArgs, cfg.Poll, e, out) })
 	cpuGoroce := cpuTime() - cpu0
 	if cfg.Counters {
 		printCounters(out, e.srv, e.cli)
@@ -149,7 +151,7 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Size: cfg.Size}
-	if res.BW, err = lastColumn(bwOut, 3); err != nil {
+	if res.BW, err = LastColumn(bwOut, 3); err != nil {
 		return nil, err
 	}
 	p, err := perftest.Parse(bwTest, bwArgs)
@@ -159,7 +161,7 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	bytesPerConn := int64(p.Size) * int64(p.Iters)
 	cpu0 = cpuTime()
 	var tcpBytes int64
-	res.TCPBW, tcpBytes, err = tcpBandwidth(cfg, p.Size, bytesPerConn)
+	res.TCPBW, tcpBytes, err = TCPBandwidth(cfg, p.Size, bytesPerConn)
 	if err != nil {
 		return nil, fmt.Errorf("TCP bandwidth: %w", err)
 	}
@@ -181,14 +183,14 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	if !cfg.NoLat {
 		latTest := perftest.Test{Verb: cfg.Verb, Kind: perftest.Lat}
 		if cfg.Verb == perftest.Send || cfg.Verb == perftest.Read || cfg.Verb == perftest.Write {
-			latOut, err := pair(latTest, []string{"-n", strconv.Itoa(cfg.LatIters)}, false, e, out)
+			latOut, err := Pair(latTest, []string{"-n", strconv.Itoa(cfg.LatIters)}, false, e, out)
 			if err != nil {
 				return nil, err
 			}
-			if res.Lat, err = lastColumn(latOut, 4); err != nil {
+			if res.Lat, err = LastColumn(latOut, 4); err != nil {
 				return nil, err
 			}
-			if res.TCPLat, err = tcpLatency(cfg); err != nil {
+			if res.TCPLat, err = TCPLatency(cfg, 2); err != nil {
 				return nil, fmt.Errorf("TCP latency: %w", err)
 			}
 			res.LatRatio = res.Lat / res.TCPLat
@@ -215,25 +217,25 @@ func Run(cfg Config, out io.Writer) (*Result, error) {
 	return res, nil
 }
 
-// withProcs runs f with GOMAXPROCS set to procs (unchanged if 0), and
+// WithProcs runs f with GOMAXPROCS set to procs (unchanged if 0), and
 // sets it back.
-func withProcs(procs int, f func()) {
+func WithProcs(procs int, f func()) {
 	if procs > 0 {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 	}
 	f()
 }
 
-// ends are the two sides of a run: each one's device and the network
+// Ends are the two sides of a run: each one's device and the network
 // namespace its sockets live in (nil: the process's own).
-type ends struct {
+type Ends struct {
 	srv, cli     *verbs.Device
 	srvNS, cliNS *netns.NS
 }
 
 // openEnds opens the server's and the client's devices.
-func openEnds(server, client netip.Addr, srvNS, cliNS *netns.NS, sameHost bool) (*ends, error) {
-	e := &ends{srvNS: srvNS, cliNS: cliNS}
+func OpenEnds(server, client netip.Addr, srvNS, cliNS *netns.NS, sameHost bool) (*Ends, error) {
+	e := &Ends{srvNS: srvNS, cliNS: cliNS}
 	var err error
 	if e.srv, err = verbs.Open(verbs.Config{Addr: server, SameHost: sameHost, NetNS: srvNS.Name()}); err != nil {
 		return nil, fmt.Errorf("open server device: %w", err)
@@ -245,7 +247,7 @@ func openEnds(server, client netip.Addr, srvNS, cliNS *netns.NS, sameHost bool) 
 	return e, nil
 }
 
-func (e *ends) close() {
+func (e *Ends) Close() {
 	e.cli.Close()
 	e.srv.Close()
 }
@@ -258,10 +260,10 @@ func nsName(ns *netns.NS) string {
 	return ns.Name()
 }
 
-// pair runs a perftest test between the two devices and prints the
+// Pair runs a perftest test between the two devices and prints the
 // client's report; it returns the client's output. The TCP port is picked
 // free, and again if something took it before the server bound it.
-func pair(t perftest.Test, args []string, poll bool, e *ends, out io.Writer) (string, error) {
+func Pair(t perftest.Test, args []string, poll bool, e *Ends, out io.Writer) (string, error) {
 	for try := 0; ; try++ {
 		o, err := pairOnce(t, args, poll, e, out)
 		if err != nil && try < 3 && strings.Contains(err.Error(), "address already in use") {
@@ -271,8 +273,8 @@ func pair(t perftest.Test, args []string, poll bool, e *ends, out io.Writer) (st
 	}
 }
 
-func pairOnce(t perftest.Test, args []string, poll bool, e *ends, out io.Writer) (string, error) {
-	port, err := freePort(e.srvNS)
+func pairOnce(t perftest.Test, args []string, poll bool, e *Ends, out io.Writer) (string, error) {
+	port, err := FreePort(e.srvNS)
 	if err != nil {
 		return "", err
 	}
@@ -314,13 +316,13 @@ func pairOnce(t perftest.Test, args []string, poll bool, e *ends, out io.Writer)
 	return cliOut.String(), nil
 }
 
-// freePort returns a TCP port free on every address: the perftest server
+// FreePort returns a TCP port free on every address: the perftest server
 // listens on all of them (perftest's -p), and a port free on the server's
 // address alone may be the source port of a connection on another (the
 // TCP comparison's 1024 connections from the client's address, still
 // closing from the run before, made one run in three of `-q 1024` fail
 // with "address already in use"). It looks in the server's namespace ns.
-func freePort(ns *netns.NS) (int, error) {
+func FreePort(ns *netns.NS) (int, error) {
 	var ln net.Listener
 	err := ns.Do(func() (err error) {
 		ln, err = net.Listen("tcp", ":0")
@@ -333,8 +335,8 @@ func freePort(ns *netns.NS) (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// lastColumn returns field col of the last table row of a perftest report.
-func lastColumn(out string, col int) (float64, error) {
+// LastColumn returns field col of the last table row of a perftest report.
+func LastColumn(out string, col int) (float64, error) {
 	lines := bytes.Split([]byte(out), []byte("\n"))
 	for i := len(lines) - 1; i >= 0; i-- {
 		f := bytes.Fields(lines[i])

@@ -63,11 +63,11 @@ func tcpEnd(args []string, stdout io.Writer) error {
 	// reads makes an echo's or a ping's reader: one that polls for the
 	// spin- ends, one that blocks for the others.
 	kind, spin := strings.CutPrefix(args[0], "tcp-spin-")
-	reads := func(c net.Conn) (readFull, error) {
+	reads := func(c net.Conn) (ReadFull, error) {
 		if spin {
 			return spinningReads(c)
 		}
-		return blockingReads(c), nil
+		return BlockingReads(c), nil
 	}
 	if spin {
 		if kind != "echo" && kind != "ping" {
@@ -78,7 +78,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 	switch {
 	case args[0] == "tcp-sink" && len(args) == 2:
 		return serveOne(args[1], stdout, func(c net.Conn) error {
-			sink(c)
+			Sink(c)
 			return nil
 		})
 	case args[0] == "tcp-echo" && len(args) == 3:
@@ -91,7 +91,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			echo(c, read, size)
+			Echo(c, read, size)
 			return nil
 		})
 	case (args[0] == "tcp-source" || args[0] == "tcp-ping") && len(args) == 5:
@@ -115,7 +115,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			typical, err := pingPong(c, read, size, int(n))
+			typical, err := PingPong(c, read, size, int(n))
 			if err != nil {
 				return err
 			}
@@ -123,7 +123,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 			return err
 		}
 		start := time.Now()
-		if err := send(c, size, n, time.Time{}); err != nil {
+		if err := Send(c, size, n, time.Time{}); err != nil {
 			return err
 		}
 		// The sink closes once it has read everything: the stream's time

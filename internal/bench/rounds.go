@@ -45,7 +45,7 @@ func PrintSummary(out io.Writer, rounds []*Result) {
 			return
 		}
 		ratio := func(r *Result) float64 { return g(r) / t(r) }
-		fmt.Fprintf(out, " %-30s %24s %24s %20s\n", name, spread(rounds, g, "%.2f"), spread(rounds, t, "%.2f"), spread(rounds, ratio, "%.2fx"))
+		fmt.Fprintf(out, " %-30s %24s %24s %20s\n", name, Spread(rounds, g, "%.2f"), Spread(rounds, t, "%.2f"), Spread(rounds, ratio, "%.2fx"))
 	}
 	row(fmt.Sprintf("BW average[MiB/sec], %d B", rounds[0].Size),
 		func(r *Result) float64 { return r.BW }, func(r *Result) float64 { return r.TCPBW })
@@ -55,16 +55,16 @@ func PrintSummary(out io.Writer, rounds []*Result) {
 		func(r *Result) float64 { return r.CPUPerGB }, func(r *Result) float64 { return r.TCPCPUPerGB })
 	if rounds[0].UDPBW > 0 {
 		fmt.Fprintf(out, " UDP alone (GSO and GRO, no RDMA): %s MiB/s, %s TCP; goroce moves %s of it\n",
-			spread(rounds, func(r *Result) float64 { return r.UDPBW }, "%.2f"),
-			spread(rounds, func(r *Result) float64 { return r.UDPBW / r.TCPBW }, "%.2fx"),
-			spread(rounds, func(r *Result) float64 { return r.BW / r.UDPBW }, "%.2fx"))
+			Spread(rounds, func(r *Result) float64 { return r.UDPBW }, "%.2f"),
+			Spread(rounds, func(r *Result) float64 { return r.UDPBW / r.TCPBW }, "%.2fx"),
+			Spread(rounds, func(r *Result) float64 { return r.BW / r.UDPBW }, "%.2fx"))
 	}
 	fmt.Fprint(out, " (bandwidth: above 1x goroce is faster; latency and CPU: below 1x goroce is better)\n")
 }
 
-// spread formats the median of f over rounds and, for more than one
+// Spread formats the median of f over rounds and, for more than one
 // round, its range: "1.32x (1.20x–1.49x)".
-func spread[R any](rounds []R, f func(R) float64, format string) string {
+func Spread[R any](rounds []R, f func(R) float64, format string) string {
 	v := sortedOf(rounds, f)
 	m := median(v)
 	if len(v) == 1 {
@@ -72,6 +72,12 @@ func spread[R any](rounds []R, f func(R) float64, format string) string {
 	}
 	return fmt.Sprintf(format+" ("+format+"–"+format+")", m, v[0], v[len(v)-1])
 }
+
+// MedianOf returns the median of f over rounds.
+func MedianOf[R any](rounds []R, f func(R) float64) float64 { return median(sortedOf(rounds, f)) }
+
+// Median returns the median of v, which it leaves as it is.
+func Median(v []float64) float64 { return median(slices.Sorted(slices.Values(v))) }
 
 // sortedOf returns f of each round, sorted.
 func sortedOf[R any](rounds []R, f func(R) float64) []float64 {

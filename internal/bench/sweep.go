@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -124,11 +123,11 @@ func iters(total int64, size, qps int) int {
 // and prints each section's table when its points are measured.
 func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	cfg.defaults()
-	e, err := openEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
+	e, err := OpenEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
 	if err != nil {
 		return nil, err
 	}
-	defer e.close()
+	defer e.Close()
 	tcfg := Config{Server: cfg.Server, Client: cfg.Client, ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, QPs: 1, LatIters: cfg.LatIters}
 	bw := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
 	res := &SweepResult{SameHost: cfg.SameHost, Network: cfg.Network, Rounds: cfg.Rounds}
@@ -149,7 +148,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 			}
 			tc := tcfg
 			tc.QPs = qps
-			t, _, err = tcpBandwidth(tc, size, int64(size)*int64(n))
+			t, _, err = TCPBandwidth(tc, size, int64(size)*int64(n))
 			return g, t, err
 		}
 	}
@@ -171,14 +170,14 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	for size := cfg.MinSize; size <= cfg.MaxLatSize; size *= 2 {
 		args := []string{"-n", strconv.Itoa(cfg.LatIters), "-s", strconv.Itoa(size)}
 		lats = append(lats, sweepPoint{size, cfg.LatIters, func() (g, t float64, err error) {
-			o, err := pair(lat, args, false, e, io.Discard)
+			o, err := Pair(lat, args, false, e, io.Discard)
 			if err != nil {
 				return 0, 0, err
 			}
-			if g, err = lastColumn(o, 4); err != nil {
+			if g, err = LastColumn(o, 4); err != nil {
 				return 0, 0, err
 			}
-			t, err = tcpLatencySize(tcfg, size)
+			t, err = TCPLatency(tcfg, size)
 			return g, t, err
 		}})
 	}
@@ -256,8 +255,7 @@ func (cfg *SweepConfig) section(out io.Writer, what string, series *[]Point, poi
 	for i, p := range points {
 		var m [3]float64
 		for j, v := range figures[i] {
-			slices.Sort(v)
-			m[j] = median(v)
+			m[j] = Median(v)
 		}
 		*series = append(*series, Point{p.x, m[0], m[1]})
 		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", p.x, p.iters, m[0], m[1], m[2])
@@ -266,15 +264,15 @@ func (cfg *SweepConfig) section(out io.Writer, what string, series *[]Point, poi
 }
 
 // bwPoint runs one perftest bandwidth test and returns its average.
-func bwPoint(t perftest.Test, size, n, qps, procs int, poll bool, e *ends) (float64, error) {
+func bwPoint(t perftest.Test, size, n, qps, procs int, poll bool, e *Ends) (float64, error) {
 	args := []string{"-s", strconv.Itoa(size), "-n", strconv.Itoa(n), "-q", strconv.Itoa(qps)}
 	var o string
 	var err error
-	withProcs(procs, func() { o, err = pair(t, args, poll, e, io.Discard) })
+	WithProcs(procs, func() { o, err = Pair(t, args, poll, e, io.Discard) })
 	if err != nil {
 		return 0, err
 	}
-	return lastColumn(o, 3)
+	return LastColumn(o, 3)
 }
 
 // finite reports whether v is neither infinite nor NaN.

@@ -255,7 +255,7 @@ func printTable(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 		if f == nil {
 			return ""
 		}
-		return spread(rounds, f, format)
+		return Spread(rounds, f, format)
 	}
 	// line prints a target's row: goroce's figure g, TCP's (nil: none),
 	// their ratio or one against something else (nil: none), and the
@@ -265,7 +265,7 @@ func printTable(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 		if ratio != nil {
 			judged = ratio
 		}
-		fmt.Fprintf(out, row, name, t.goal, cell(g, format), cell(tcp, format), cell(ratio, "%.2fx"), t.verdict(medianOf(rounds, judged)))
+		fmt.Fprintf(out, row, name, t.goal, cell(g, format), cell(tcp, format), cell(ratio, "%.2fx"), t.verdict(MedianOf(rounds, judged)))
 	}
 	// vsTCP prints a row of goroce's figure g against TCP's.
 	vsTCP := func(name string, t target, format string, g, tcp fig) {
@@ -286,15 +286,15 @@ func printTable(out io.Writer, cfg TargetsConfig, rounds []*TargetRound) {
 	spin := func(r *TargetRound) float64 { return r.TCPSpinLat }
 	fmt.Fprintf(out, row, "  the same, TCP's readers spinning", "", cell(lat, "%.2f"), cell(spin, "%.2f"),
 		cell(func(r *TargetRound) float64 { return lat(r) / spin(r) }, "%.2fx"), "(reference)")
-	if f := medianOf(rounds, tcpLat) / medianOf(rounds, spin); f > 2 {
+	if f := MedianOf(rounds, tcpLat) / MedianOf(rounds, spin); f > 2 {
 		fmt.Fprintf(out, "   (TCP's blocking ping-pong took %.1fx its spinning one: waking the other process costs most of it on this host, so the latency verdict above says more about the host than about goroce)\n", f)
 	}
 	// The kernel's floor over UDP: goroce's datagrams between two bare
 	// processes; goroce's figure less the floor is its own part.
-	if floor := func(r *TargetRound) float64 { return r.FloorLat }; medianOf(rounds, floor) > 0 {
+	if floor := func(r *TargetRound) float64 { return r.FloorLat }; MedianOf(rounds, floor) > 0 {
 		fmt.Fprintf(out, row, "  the same, bare UDP (kernel's floor)", "", cell(lat, "%.2f"), cell(floor, "%.2f"),
 			cell(func(r *TargetRound) float64 { return lat(r) / floor(r) }, "%.2fx"), "(reference)")
-		if own := medianOf(rounds, func(r *TargetRound) float64 { return lat(r) - floor(r) }); own > 0 {
+		if own := MedianOf(rounds, func(r *TargetRound) float64 { return lat(r) - floor(r) }); own > 0 {
 			fmt.Fprintf(out, "   (goroce's own part, its time less the floor: %.2f us one way)\n", own)
 		}
 	}
@@ -365,9 +365,6 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// medianOf returns the median of f over rounds.
-func medianOf[R any](rounds []R, f func(R) float64) float64 { return median(sortedOf(rounds, f)) }
-
 // targetRun is one Targets call's state.
 type targetRun struct {
 	cfg               TargetsConfig
@@ -419,7 +416,7 @@ func (r *targetRun) measure(i int, t *TargetRound) (*TargetRound, error) {
 	err := both(func() error {
 		out, cpu, err := r.tool("ib_write_bw", "-s", size, "-n", iters)
 		if err == nil {
-			t.BW, err = lastColumn(out, 3)
+			t.BW, err = LastColumn(out, 3)
 			t.CPUPerGB = cpu.Seconds() / (bytes / 1e9)
 		}
 		return err
@@ -438,7 +435,7 @@ func (r *targetRun) measure(i int, t *TargetRound) (*TargetRound, error) {
 	err = both(func() error {
 		out, _, err := r.tool("ib_write_lat", "-s", "2", "-n", lat)
 		if err == nil {
-			t.Lat, err = lastColumn(out, 4)
+			t.Lat, err = LastColumn(out, 4)
 		}
 		return err
 	}, func() error {
@@ -469,7 +466,7 @@ func (r *targetRun) measure(i int, t *TargetRound) (*TargetRound, error) {
 	}
 	out, _, err := r.tool("ib_write_bw", "-s", "64", "-n", strconv.Itoa(cfg.RateIters))
 	if err == nil {
-		t.Rate, err = lastColumn(out, 4)
+		t.Rate, err = LastColumn(out, 4)
 	}
 	if err != nil {
 		return nil, err
@@ -483,7 +480,7 @@ func (r *targetRun) measure(i int, t *TargetRound) (*TargetRound, error) {
 		if err != nil {
 			return 0, err
 		}
-		return lastColumn(out, 3)
+		return LastColumn(out, 3)
 	}
 	for k, q := range cfg.QPs {
 		var bw, ref float64
@@ -508,7 +505,7 @@ func (r *targetRun) measure(i int, t *TargetRound) (*TargetRound, error) {
 // it.
 func (r *targetRun) tool(name string, args ...string) (string, time.Duration, error) {
 	for try := 0; ; try++ {
-		port, err := freePort(nil)
+		port, err := FreePort(nil)
 		if err != nil {
 			return "", 0, err
 		}

@@ -41,11 +41,11 @@ func listenTCP(cfg Config) (ln net.Listener, err error) {
 	return ln, err
 }
 
-// tcpBandwidth moves n bytes in size-byte writes over each of cfg.QPs
+// TCPBandwidth moves n bytes in size-byte writes over each of cfg.QPs
 // connections at once (or for cfg.Duration seconds) and returns the
 // aggregate MiB/s, from the first write to the receivers' last byte, and
 // the bytes moved.
-func tcpBandwidth(cfg Config, size int, n int64) (mibps float64, bytes int64, err error) {
+func TCPBandwidth(cfg Config, size int, n int64) (mibps float64, bytes int64, err error) {
 	ln, err := listenTCP(cfg)
 	if err != nil {
 		return 0, 0, err
@@ -75,11 +75,11 @@ func tcpBandwidth(cfg Config, size int, n int64) (mibps float64, bytes int64, er
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			errs[i] = send(cn.c, size, n, deadline)
+			errs[i] = Send(cn.c, size, n, deadline)
 		}()
 		go func() {
 			defer wg.Done()
-			moved[i] = sink(cn.s)
+			moved[i] = Sink(cn.s)
 		}()
 	}
 	wg.Wait()
@@ -94,9 +94,9 @@ func tcpBandwidth(cfg Config, size int, n int64) (mibps float64, bytes int64, er
 	return float64(total) / elapsed / (1 << 20), total, nil
 }
 
-// send writes n bytes to c in size-byte writes (or as many as it can
+// Send writes n bytes to c in size-byte writes (or as many as it can
 // until deadline, if not zero), then closes c's sending side.
-func send(c net.Conn, size int, n int64, deadline time.Time) error {
+func Send(c net.Conn, size int, n int64, deadline time.Time) error {
 	defer c.(*net.TCPConn).CloseWrite()
 	buf := make([]byte, size)
 	for sent := int64(0); sent < n && (deadline.IsZero() || time.Now().Before(deadline)); {
@@ -109,19 +109,16 @@ func send(c net.Conn, size int, n int64, deadline time.Time) error {
 	return nil
 }
 
-// sink reads c to its end and returns the bytes read.
-func sink(c net.Conn) int64 {
+// Sink reads c to its end and returns the bytes read.
+func Sink(c net.Conn) int64 {
 	n, _ := io.CopyBuffer(io.Discard, c, make([]byte, 256<<10))
 	return n
 }
 
-// tcpLatency ping-pongs 2-byte messages over one connection, as
+// TCPLatency ping-pongs size-byte messages over one connection, as
 // ib_write_lat does over goroce, and returns perftest's t_typical of the
 // one-way latency (µs).
-func tcpLatency(cfg Config) (float64, error) { return tcpLatencySize(cfg, 2) }
-
-// tcpLatencySize is tcpLatency with size-byte messages.
-func tcpLatencySize(cfg Config, size int) (float64, error) {
+func TCPLatency(cfg Config, size int) (float64, error) {
 	ln, err := listenTCP(cfg)
 	if err != nil {
 		return 0, err
@@ -133,16 +130,16 @@ func tcpLatencySize(cfg Config, size int) (float64, error) {
 	}
 	defer c.Close()
 	defer s.Close()
-	go echo(s, blockingReads(s), size)
-	return pingPong(c, blockingReads(c), size, cfg.LatIters)
+	go Echo(s, BlockingReads(s), size)
+	return PingPong(c, BlockingReads(c), size, cfg.LatIters)
 }
 
-// A readFull fills b from a connection, or fails.
-type readFull func(b []byte) error
+// A ReadFull fills b from a connection, or fails.
+type ReadFull func(b []byte) error
 
-// blockingReads reads c as Go programs do: a read with nothing to read
+// BlockingReads reads c as Go programs do: a read with nothing to read
 // parks the goroutine until the runtime's poller wakes it.
-func blockingReads(c net.Conn) readFull {
+func BlockingReads(c net.Conn) ReadFull {
 	return func(b []byte) error {
 		_, err := io.ReadFull(c, b)
 		return err
@@ -156,7 +153,7 @@ func blockingReads(c net.Conn) readFull {
 // each message also pays for waking an idle CPU, which on some VMs takes
 // tens of microseconds. The reader's thread spins until the data arrives
 // or the connection fails; the process is meant to do nothing else.
-func spinningReads(c net.Conn) (readFull, error) {
+func spinningReads(c net.Conn) (ReadFull, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil, fmt.Errorf("%T has no file descriptor to poll", c)
@@ -190,9 +187,9 @@ func spinningReads(c net.Conn) (readFull, error) {
 	}, nil
 }
 
-// echo sends back each size-byte message it reads from c until c fails
+// Echo sends back each size-byte message it reads from c until c fails
 // or ends.
-func echo(c net.Conn, read readFull, size int) {
+func Echo(c net.Conn, read ReadFull, size int) {
 	b := make([]byte, size)
 	for {
 		if err := read(b); err != nil {
@@ -204,10 +201,10 @@ func echo(c net.Conn, read readFull, size int) {
 	}
 }
 
-// pingPong sends iters size-byte messages over c (at least 5), each after
+// PingPong sends iters size-byte messages over c (at least 5), each after
 // the echo of the one before, and returns perftest's t_typical of the
 // one-way latency (µs), as ib_write_lat measures it.
-func pingPong(c net.Conn, read readFull, size, iters int) (float64, error) {
+func PingPong(c net.Conn, read ReadFull, size, iters int) (float64, error) {
 	p, err := perftest.Parse(perftest.Test{Verb: perftest.Write, Kind: perftest.Lat}, []string{"-n", fmt.Sprint(max(iters, 5))})
 	if err != nil {
 		return 0, err

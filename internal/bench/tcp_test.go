@@ -40,8 +40,8 @@ func TestSpinningPingPong(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { echo(s, sr, 2); close(done) }()
-	typical, err := pingPong(c, cr, 2, 50)
+	go func() { Echo(s, sr, 2); close(done) }()
+	typical, err := PingPong(c, cr, 2, 50)
 	if err != nil || typical <= 0 {
 		t.Fatalf("pingPong: %v µs, %v", typical, err)
 	}
