@@ -6,12 +6,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 
 	"github.com/goroce/goroce/internal/bench"
-	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/perftest"
 )
 
@@ -35,24 +32,17 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	procs := fs.Int("procs", 0, "GOMAXPROCS for the goroce bandwidth tests (0: the process's own; the bandwidth tools run on 1)")
 	poll := fs.Bool("poll", false, "the goroce bandwidth tests' waits busy-poll on both sides, as the bandwidth tools' do (a core per device)")
 	sameHost := fs.Bool("samehost", false, "run goroce over the same-host path (shared memory, as GOROCE_SAMEHOST=1 does) instead of UDP")
-	rounds := fs.Int("rounds", 1, "run the comparison this many times and print the medians (and ranges) of its figures and of each round's ratios; with -sweep, measure each point this many times, each round over all of a section's points, and print the medians")
-	sweep := fs.Bool("sweep", false, "sweep sizes 2 B … 8 MiB and QP counts 1 … 1024, goroce against TCP")
-	plot := fs.String("plot", "", "with -sweep or -replot: write an SVG plot of the sweep to this file")
-	replot := fs.String("replot", "", "plot the tables a sweep printed, saved in this file (with -plot), without measuring")
-	maxSize := fs.Int("max-size", 8<<20, "with -sweep: the largest message size")
-	maxQPs := fs.Int("max-qps", 1024, "with -sweep: the largest QP count")
-	sweepBytes := fs.Int64("bytes", 256<<20, "with -sweep: bytes each bandwidth point moves")
+	rounds := fs.Int("rounds", 1, "run the comparison this many times and print the medians (and ranges) of its figures and of each round's ratios")
 	veth := fs.Bool("veth", false, "run both ends, goroce and TCP, in two network namespaces made for the run and joined by a veth pair, at "+bench.VethServer.String()+" and "+bench.VethClient.String()+" (root; needs the ip command)")
 	vethMTU := fs.Int("veth-mtu", 9000, "with -veth: the veth pair's MTU (9000 gives RoCE MTU 4096)")
-	targets := fs.Bool("targets", false, "measure issue 8's targets between two processes: goroce's perftest tools and TCP, each end in its own process, and the kernel's floor under the latency (a bare UDP ping-pong) (takes -s, -n: messages of each bandwidth test in all, split over its QPs, default 40960, -lat-n: default 20000, -rate-n, -qps, -rounds, -samehost, -addrs or -veth)")
-	rateIters := fs.Int("rate-n", 1_000_000, "with -targets: 64-byte messages of the message rate test")
-	qpList := fs.String("qps", "16,256,1024", "with -targets: the QP counts measured against one QP")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce bench [-s SIZE] [-n ITERS] [-q QPS] [-D SECONDS] [-op write|read|send] [-lat-n N] [-no-lat] [-samehost] [-procs N] [-poll] [-rounds N] [-addrs A,B | -veth]")
-		fmt.Fprintln(stderr, "       goroce bench -sweep [-rounds N] [-plot FILE.svg] [-max-size N] [-max-qps N] [-bytes N] [-op OP] [-addrs A,B | -veth]")
-		fmt.Fprintln(stderr, "       goroce bench -targets [-rounds N] [-s SIZE] [-n ITERS] [-lat-n N] [-rate-n N] [-qps 16,256,1024] [-samehost] [-addrs A,B | -veth]")
-		fmt.Fprintln(stderr, "       goroce bench -replot SWEEP.txt -plot FILE.svg")
 		fs.PrintDefaults()
+		fmt.Fprintln(stderr, "\nThe measurements between two processes, the sweeps and the other probes are in the performance laboratory: go run ./tools/perf (tools/perf/README.md).")
+	}
+	if moved := labFlag(args); moved != "" {
+		fmt.Fprintf(stderr, "goroce bench: -%s belongs to the performance laboratory: go run ./tools/perf %s -h (tools/perf/README.md)\n", moved, labCommand[moved])
+		return 2
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -87,20 +77,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goroce bench: -addrs: %v\n", err)
 		return 2
 	}
-	if *replot != "" {
-		return runReplot(*replot, *plot, stdout, stderr)
+	if *rounds < 1 || *rounds > 1 && (*cpuProfile != "" || *traceFile != "") {
+		fmt.Fprintf(stderr, "goroce bench: -rounds %d: want 1 or more, and 1 with -cpuprofile or -trace\n", *rounds)
+		return 2
 	}
-	var tc *bench.TargetsConfig
-	if *targets {
-		t, err := targetsConfig(fs, cfg, targetFlags{size: *size, iters: *iters, latIters: *latIters, rateIters: *rateIters, rounds: *rounds, qps: *qpList})
-		if err != nil {
-			fmt.Fprintf(stderr, "goroce bench: %v\n", err)
-			return 2
-		}
-		tc = &t
-	}
-	network := "loopback"
-	var vp *netns.Veth
 	if *veth {
 		addrsSet := false
 		fs.Visit(func(f *flag.Flag) { addrsSet = addrsSet || f.Name == "addrs" })
@@ -108,26 +88,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "goroce bench: -veth picks the addresses and runs over UDP: it excludes -addrs and -samehost (the same-host path joins devices of one namespace)")
 			return 2
 		}
-		var stop func()
-		if vp, stop, err = bench.NewVeth("goroce-bench", *vethMTU, "goroce bench", stderr); err != nil {
+		vp, stop, err := bench.NewVeth("goroce-bench", *vethMTU, "goroce bench", stderr)
+		if err != nil {
 			fmt.Fprintf(stderr, "goroce bench: -veth: %v\n", err)
 			return 1
 		}
 		defer stop()
 		cfg.Server, cfg.Client = vp.A, vp.B
 		cfg.ServerNS, cfg.ClientNS = vp.NSA, vp.NSB
-		network = fmt.Sprintf("veth between two namespaces, MTU %d", *vethMTU)
-	}
-	if tc != nil {
-		tc.Server, tc.Client, tc.Network, tc.Veth = cfg.Server, cfg.Client, network, vp != nil
-		return runTargets(*tc, vp, stdout, stderr)
-	}
-	if *rounds < 1 || *rounds > 1 && (*cpuProfile != "" || *traceFile != "") {
-		fmt.Fprintf(stderr, "goroce bench: -rounds %d: want 1 or more, and 1 with -cpuprofile or -trace\n", *rounds)
-		return 2
-	}
-	if *sweep {
-		return runSweep(v, cfg, network, *maxSize, *maxQPs, *rounds, *sweepBytes, *plot, stdout, stderr)
 	}
 	// The profile and the trace go to files created here.
 	for _, out := range []struct {
@@ -158,75 +126,6 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// targetFlags are the values of the flags goroce bench -targets takes
-// besides those of the network (-addrs, -samehost, -veth).
-type targetFlags struct {
-	size, iters, latIters, rateIters, rounds int
-	qps                                      string
-}
-
-// targetsConfig checks the flags of goroce bench -targets (fs holds those
-// set) and returns its configuration, whose addresses and network the
-// caller sets.
-func targetsConfig(fs *flag.FlagSet, cfg bench.Config, f targetFlags) (bench.TargetsConfig, error) {
-	tc := bench.TargetsConfig{Rounds: f.rounds, SameHost: cfg.SameHost, Size: f.size, RateIters: f.rateIters}
-	allowed := map[string]bool{"targets": true, "s": true, "n": true, "lat-n": true, "rate-n": true, "qps": true, "rounds": true, "samehost": true, "addrs": true, "veth": true, "veth-mtu": true}
-	var err error
-	fs.Visit(func(fl *flag.Flag) {
-		switch {
-		case !allowed[fl.Name]:
-			err = fmt.Errorf("-%s does not apply to -targets", fl.Name)
-		case fl.Name == "n":
-			tc.Iters = f.iters
-		case fl.Name == "lat-n":
-			tc.LatIters = f.latIters
-		}
-	})
-	if err == nil {
-		tc.QPs, err = parseQPs(f.qps)
-	}
-	if err == nil && (f.rounds < 1 || f.size < 1 || f.rateIters < 1 || f.iters < 1 || f.latIters < 1) {
-		err = fmt.Errorf("-rounds, -s, -n, -lat-n and -rate-n want positive numbers")
-	}
-	return tc, err
-}
-
-// runTargets is goroce bench -targets: each end runs as this program's
-// endCommand, in vp's namespaces if vp is not nil (the server's in the
-// first).
-func runTargets(tc bench.TargetsConfig, vp *netns.Veth, stdout, stderr io.Writer) int {
-	exe, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce bench: -targets: %v\n", err)
-		return 1
-	}
-	tc.Command = func(server bool, args ...string) *exec.Cmd {
-		args = append([]string{endCommand}, args...)
-		if vp != nil {
-			return vp.Command(!server, exe, args...)
-		}
-		return exec.Command(exe, args...)
-	}
-	if _, err := bench.Targets(tc, stdout); err != nil {
-		fmt.Fprintf(stderr, "goroce bench: -targets: %v\n", err)
-		return 1
-	}
-	return 0
-}
-
-// parseQPs parses -qps: QP counts, comma-separated, each 1 or more.
-func parseQPs(s string) ([]int, error) {
-	var qps []int
-	for _, f := range strings.Split(s, ",") {
-		q, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || q < 1 {
-			return nil, fmt.Errorf("-qps %q: want QP counts, comma-separated, each 1 or more", s)
-		}
-		qps = append(qps, q)
-	}
-	return qps, nil
-}
-
 func replaceComma(s string) string {
 	b := []byte(s)
 	for i := range b {
@@ -237,65 +136,30 @@ func replaceComma(s string) string {
 	return string(b)
 }
 
-// runSweep is goroce bench -sweep.
-func runSweep(v perftest.Verb, cfg bench.Config, network string, maxSize, maxQPs, rounds int, total int64, plot string, stdout, stderr io.Writer) int {
-	sc := bench.SweepConfig{Verb: v, MaxSize: maxSize, Bytes: total, LatIters: cfg.LatIters, Server: cfg.Server, Client: cfg.Client, SameHost: cfg.SameHost, Procs: cfg.Procs, Poll: cfg.Poll,
-		ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, Network: network, Rounds: rounds}
-	for q := 1; q <= maxQPs; q *= 2 {
-		sc.QPs = append(sc.QPs, q)
-	}
-	sc.MaxLatSize = min(maxSize, 1<<20)
-	res, err := bench.Sweep(sc, stdout)
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
-		return 1
-	}
-	if plot != "" {
-		return writePlot(res, plot, stdout, stderr)
-	}
-	return 0
+// labCommand maps the flags of the performance laboratory's
+// measurements, which goroce bench does not take, to the command of
+// tools/perf that does: a user who asks goroce bench for one is told
+// where it is.
+var labCommand = map[string]string{
+	"targets": "targets", "rate-n": "targets", "qps": "targets",
+	"sweep": "sweep", "plot": "sweep", "max-size": "sweep", "max-qps": "sweep", "bytes": "sweep",
+	"replot": "replot",
 }
 
-// writePlot writes res as an SVG plot to the file plot.
-func writePlot(res *bench.SweepResult, plot string, stdout, stderr io.Writer) int {
-	f, err := os.Create(plot)
-	if err == nil {
-		title := "goroce against TCP, same run, " + res.Network
-		if res.SameHost {
-			title = "goroce (same-host path) against TCP, same run, " + res.Network
+// labFlag returns the name of the first of args that is one of
+// labCommand's flags, or "".
+func labFlag(args []string) string {
+	for _, a := range args {
+		if a == "--" {
+			return ""
 		}
-		if res.Rounds > 1 {
-			title += fmt.Sprintf(", medians of %d rounds", res.Rounds)
+		if !strings.HasPrefix(a, "-") {
+			continue
 		}
-		err = bench.WritePlot(f, res, title)
-		if cerr := f.Close(); err == nil {
-			err = cerr
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if _, ok := labCommand[name]; ok {
+			return name
 		}
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce bench: -plot: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "\n plot: %s\n", plot)
-	return 0
-}
-
-// runReplot is goroce bench -replot: the plot of a sweep's saved tables.
-func runReplot(tables, plot string, stdout, stderr io.Writer) int {
-	if plot == "" {
-		fmt.Fprintf(stderr, "goroce bench: -replot needs -plot FILE.svg\n")
-		return 2
-	}
-	f, err := os.Open(tables)
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce bench: -replot: %v\n", err)
-		return 1
-	}
-	defer f.Close()
-	res, err := bench.ParseSweep(f)
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce bench: -replot %s: %v\n", tables, err)
-		return 1
-	}
-	return writePlot(res, plot, stdout, stderr)
+	return ""
 }

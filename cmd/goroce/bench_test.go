@@ -6,25 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/bench"
 	"github.com/goroce/goroce/internal/netns"
 )
-
-// TestMain lets this test binary run as goroce's endCommand: `goroce
-// bench -targets` starts its ends as os.Executable, here the test binary.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == endCommand {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
 
 // TestBench runs `goroce bench` small: both perftest tables and the TCP
 // comparison must come out, with numbers. The bandwidth test runs on one
@@ -105,12 +94,30 @@ func TestBenchSameHost(t *testing.T) {
 
 func TestBenchFlags(t *testing.T) {
 	for _, args := range [][]string{{"-op", "atomic"}, {"-addrs", "127.0.0.1"}, {"extra"}, {"-s"},
-		{"-rounds", "0"}, {"-rounds", "0", "-sweep"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"},
-		{"-targets", "-sweep"}, {"-targets", "-q", "4"}, {"-targets", "-qps", "16,0"}, {"-targets", "-qps", ""}, {"-targets", "-rate-n", "0"}, {"-targets", "-rounds", "0"}, {"-targets", "-n", "0"}, {"-targets", "-lat-n", "-1"},
-		{"-targets", "-veth", "-samehost"}, {"-targets", "-veth", "-addrs", "127.0.0.1,127.0.0.2"}} {
+		{"-rounds", "0"}, {"-veth", "-addrs", "127.0.0.1,127.0.0.2"}, {"-veth", "-samehost"}, {"-rounds", "3", "-cpuprofile", "cpu.prof"}, {"-rounds", "2", "-trace", "t.out"}} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 2 {
 			t.Errorf("bench %q: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}
+
+// TestBenchLabFlags: the performance laboratory's flags are not goroce
+// bench's; asked for one, it says which command of tools/perf runs it,
+// and measures nothing.
+func TestBenchLabFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		cmd  string
+	}{
+		{[]string{"-targets", "-rounds", "5"}, "targets"}, {[]string{"-n", "10", "--targets"}, "targets"}, {[]string{"-qps", "16"}, "targets"},
+		{[]string{"-sweep"}, "sweep"}, {[]string{"-addrs", "127.0.0.1,127.0.0.2", "-max-size=4096"}, "sweep"}, {[]string{"-replot", "sweep.txt"}, "replot"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"bench"}, tc.args...), &out, &errb)
+		want := "go run ./tools/perf " + tc.cmd + " -h"
+		if code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
+			t.Errorf("bench %q: exit %d, stdout %q, stderr %q; want 2, nothing, one line naming %q", tc.args, code, out.String(), errb.String(), want)
 		}
 	}
 }
@@ -138,97 +145,10 @@ func TestBenchRounds(t *testing.T) {
 	}
 }
 
-// TestBenchTargets runs `goroce bench -targets` small: each end in its own
-// process (this test binary run as endCommand), goroce's tools and TCP's
-// ends, two rounds, and a summary row with a verdict for every target.
-func TestBenchTargets(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := run([]string{"bench", "-targets", "-rounds", "2", "-s", "16384", "-n", "400", "-lat-n", "200", "-rate-n", "4000", "-qps", "2,4",
-		"-addrs", "127.0.5.16,127.0.5.17"}, &out, &errb)
-	if code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
-	}
-	o := out.String()
-	if !strings.Contains(o, "goroce over UDP (127.0.5.16, 127.0.5.17) against TCP between two Go processes, loopback, 2 rounds") ||
-		!strings.Contains(o, " round 2 of 2: 16384 B ") {
-		t.Errorf("no header or no second round:\n%s", o)
-	}
-	i := strings.Index(o, "2 rounds: medians (min–max)")
-	if i < 0 {
-		t.Fatalf("no summary:\n%s", o)
-	}
-	rows := 0
-	for _, line := range strings.Split(o[i:], "\n") {
-		for _, name := range []string{"ib_write_bw 16384 B, 1 QP", "CPU seconds per GB", "ib_write_lat 2 B", "ib_write_bw 64 B", "ib_write_bw 16384 B, 2 QPs", "ib_write_bw 16384 B, 4 QPs"} {
-			if !strings.HasPrefix(line, " "+name) {
-				continue
-			}
-			rows++
-			if !strings.HasSuffix(line, " met") && !strings.HasSuffix(line, "x short") {
-				t.Errorf("row %q has no verdict", line)
-			}
-			if strings.Contains(line, "NaN") || strings.Contains(line, "Inf") || strings.Contains(line, " 0.00 (") {
-				t.Errorf("row %q lacks a figure", line)
-			}
-		}
-	}
-	if rows != 6 {
-		t.Errorf("%d target rows, want 6:\n%s", rows, o[i:])
-	}
-	// The references beside the latency target: TCP's spinning
-	// ping-pong and the kernel's floor, goroce's datagram between two
-	// bare processes. (The note of goroce's own part under the floor
-	// shows only where goroce took longer than the floor, which a race
-	// build on a busy machine need not: TestPrintTargets checks it.)
-	for _, ref := range []string{"  the same, TCP's readers spinning ", "  the same, bare UDP (kernel's floor) "} {
-		if !strings.Contains(o[i:], "\n "+ref) {
-			t.Errorf("summary lacks %q:\n%s", ref, o[i:])
-		}
-	}
-}
-
-// TestBenchSweep runs a small sweep and checks its three tables and plot.
-func TestBenchSweep(t *testing.T) {
-	plot := t.TempDir() + "/sweep.svg"
-	var out, errb bytes.Buffer
-	code := run([]string{"bench", "-sweep", "-rounds", "2", "-max-size", "4096", "-max-qps", "4", "-bytes", "1048576", "-lat-n", "50",
-		"-plot", plot, "-addrs", "127.0.5.12,127.0.5.13"}, &out, &errb)
-	if code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
-	}
-	o := out.String()
-	for _, want := range []string{"Rounds: 2 per point", "Bandwidth against message size", "Latency against message size", "Aggregate bandwidth against QP count",
-		" 4096       ", " 4          "} {
-		if !strings.Contains(o, want) {
-			t.Errorf("output lacks %q:\n%s", want, o)
-		}
-	}
-	// The cache line's round trips between the CPUs, where there are two
-	// to measure: a line per section, one before its first round and one
-	// after each of the two; the tables parse back with them.
-	if runtime.NumCPU() >= 2 {
-		lines := regexp.MustCompile(`(?m)^ Cache line between the two CPUs and back: \d+ ns before the (bandwidth|latency|QP) points, \d+, \d+ ns after each round$`)
-		if n := len(lines.FindAllString(o, -1)); n != 3 {
-			t.Errorf("%d sections with their cache-line round trips, want 3:\n%s", n, o)
-		}
-	}
-	if r, err := bench.ParseSweep(strings.NewReader(o)); err != nil || len(r.BWByQPs) != 3 {
-		t.Errorf("the output does not parse back: %v", err)
-	}
-	svg, err := os.ReadFile(plot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.HasPrefix(svg, []byte("<svg")) || bytes.Count(svg, []byte("<polyline")) != 6 || !bytes.Contains(svg, []byte("medians of 2 rounds")) {
-		t.Errorf("plot: want an SVG with 6 series, its title naming the 2 rounds:\n%.300s", svg)
-	}
-}
-
-// TestBenchVeth runs `goroce bench -veth`, a small `-veth -sweep` and a
-// small `-veth -targets` (each end a process in its namespace): both
-// ends in two network namespaces made for the run, joined by a veth pair.
-// The reports must name the namespaces and carry figures for goroce, TCP
-// and the UDP ceiling; the namespaces must be gone afterwards.
+// TestBenchVeth runs `goroce bench -veth`: both ends in two network
+// namespaces made for the run, joined by a veth pair. The report must
+// name the namespaces and carry figures for goroce, TCP and the UDP
+// ceiling; the namespaces must be gone afterwards.
 func TestBenchVeth(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
@@ -237,35 +157,17 @@ func TestBenchVeth(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	plot := filepath.Join(t.TempDir(), "sweep.svg")
-	for _, args := range [][]string{
-		{"-veth", "-n", "300", "-s", "65536", "-lat-n", "100", "-counters"},
-		{"-veth", "-veth-mtu", "1500", "-sweep", "-max-size", "4096", "-max-qps", "2", "-bytes", "1048576", "-lat-n", "50", "-plot", plot},
-		{"-veth", "-targets", "-s", "16384", "-n", "300", "-lat-n", "100", "-rate-n", "2000", "-qps", "2"},
-	} {
-		var out, errb bytes.Buffer
-		if code := run(append([]string{"bench"}, args...), &out, &errb); code != 0 {
-			t.Fatalf("bench %q: exit %d: %s\n%s", args, code, errb.String(), out.String())
-		}
-		o := out.String()
-		want := []string{"goroce bench: the server's end in network namespace /run/netns/goroce-bench-", "BW average[MiB/sec], 65536 B",
-			"t_typical[usec], 2 B, one way", "UDP alone (GSO and GRO, no RDMA)", "counters of 198.18.9.1:", "counters of 198.18.9.2:"}
-		switch args[1] {
-		case "-veth-mtu":
-			want = []string{"Network: veth between two namespaces, MTU 1500", "Aggregate bandwidth against QP count", " 4096       "}
-		case "-targets":
-			want = []string{"goroce over UDP (198.18.9.1, 198.18.9.2) against TCP between two Go processes, veth between two namespaces, MTU 9000, 1 round",
-				"ib_write_bw 16384 B, 1 QP [MiB/s]      ≥ 1.3x TCP", "ib_write_lat 2 B t_typical [usec]", "ib_write_bw 16384 B, 2 QPs [MiB/s]",
-				"  the same, bare UDP (kernel's floor) "} // measured between the two namespaces too
-		}
-		for _, w := range want {
-			if !strings.Contains(o, w) {
-				t.Errorf("bench %q: output lacks %q:\n%s", args, w, o)
-			}
-		}
+	args := []string{"bench", "-veth", "-n", "300", "-s", "65536", "-lat-n", "100", "-counters"}
+	var out, errb bytes.Buffer
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("%q: exit %d: %s\n%s", args, code, errb.String(), out.String())
 	}
-	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte("same run, veth between two namespaces, MTU 1500")) {
-		t.Errorf("plot: want its title to name the veth pair: %v\n%.600s", err, svg)
+	o := out.String()
+	for _, w := range []string{"goroce bench: the server's end in network namespace /run/netns/goroce-bench-", "BW average[MiB/sec], 65536 B",
+		"t_typical[usec], 2 B, one way", "UDP alone (GSO and GRO, no RDMA)", "counters of 198.18.9.1:", "counters of 198.18.9.2:"} {
+		if !strings.Contains(o, w) {
+			t.Errorf("%q: output lacks %q:\n%s", args, w, o)
+		}
 	}
 	list, err := exec.Command(ip, "netns", "list").CombinedOutput()
 	if err != nil {

@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/goroce/goroce/internal/bench"
 )
 
 type command struct {
@@ -28,12 +26,7 @@ var commands = []command{
 	{"devices", "devices", "list the goroce devices of this host (ibv_devices)", runDevices},
 	{"devinfo", "devinfo [-v] [-d DEV] [-i PORT] [-l]", "print device attributes (ibv_devinfo)", runDevinfo},
 	{"stats", "stats [-d DEVICE] [-json]", "show the counters of the goroce devices running here", runStats},
-	{endCommand, "", "", bench.End}, // no usage: goroce runs it itself
 }
-
-// endCommand runs one end of `goroce bench -targets` (bench.End) in a
-// process that command started.
-const endCommand = "bench-end"
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -1,4 +1,4 @@
-package bench
+package targets
 
 import (
 	"bytes"
@@ -43,14 +43,14 @@ func TestTargetVerdict(t *testing.T) {
 // it (QPRef), not the round's first one QP (the third round's 16 QPs:
 // 0.91x, not 1.00x).
 func TestPrintTargets(t *testing.T) {
-	cfg := TargetsConfig{QPs: []int{16, 1024}}
-	rounds := []*TargetRound{
+	cfg := Config{QPs: []int{16, 1024}}
+	rounds := []*Round{
 		{BW: 2000, TCPBW: 1000, CPUPerGB: 0.9, TCPCPUPerGB: 1, Lat: 8, TCPLat: 8, TCPSpinLat: 5, FloorLat: 4, Rate: 1.2, QPBW: []float64{1800, 1000}, QPRef: []float64{2000, 2000}},
 		{BW: 3000, TCPBW: 2000, CPUPerGB: 0.8, TCPCPUPerGB: 1, Lat: 9, TCPLat: 10, TCPSpinLat: 6, FloorLat: 5, Rate: 1.6, QPBW: []float64{2400, 2850}, QPRef: []float64{3000, 3000}},
 		{BW: 1000, TCPBW: 1000, CPUPerGB: 1.2, TCPCPUPerGB: 1, Lat: 6, TCPLat: 4, TCPSpinLat: 3, FloorLat: 3, Rate: 1.4, QPBW: []float64{1000, 800}, QPRef: []float64{1100, 1000}},
 	}
 	var b bytes.Buffer
-	PrintTargets(&b, cfg, rounds)
+	Print(&b, cfg, rounds)
 	out := b.String()
 	for _, want := range []string{
 		"3 rounds: medians (min–max); each ratio is taken within its round",
@@ -81,7 +81,7 @@ func TestPrintTargets(t *testing.T) {
 		r.FloorLat = 0
 	}
 	b.Reset()
-	PrintTargets(&b, cfg, rounds)
+	Print(&b, cfg, rounds)
 	if out := b.String(); strings.Contains(out, "floor") || strings.Contains(out, "own part") {
 		t.Errorf("a floor row without a floor measured:\n%s", out)
 	}
@@ -90,7 +90,7 @@ func TestPrintTargets(t *testing.T) {
 		r.TCPLat *= 4
 	}
 	b.Reset()
-	PrintTargets(&b, cfg, rounds)
+	Print(&b, cfg, rounds)
 	if out := b.String(); !strings.Contains(out, "(TCP's blocking ping-pong took 6.4x its spinning one: waking the other process costs most of it on this host") ||
 		!strings.Contains(out, "0.25x (0.23x–0.38x)  met") {
 		t.Errorf("no note on TCP's wake-ups, or the verdict changed:\n%s", out)
@@ -117,7 +117,7 @@ func TestPrintTargets(t *testing.T) {
 			r.LineRT = tc.rts[i]
 		}
 		b.Reset()
-		PrintTargets(&b, cfg, rounds)
+		Print(&b, cfg, rounds)
 		out := b.String()
 		if !strings.Contains(out, tc.want) {
 			t.Errorf("round trips %v: no %q in\n%s", tc.rts, tc.want, out)
@@ -172,11 +172,11 @@ func TestEndEnv(t *testing.T) {
 	t.Setenv("GOROCE_BENCH_TEST", "kept")
 	for _, tc := range []struct {
 		sameHost bool
-		want     []string // the GOROCE_ variables, in order
+		want     []string // the two variables set here, in order
 	}{{false, []string{"GOROCE_BENCH_TEST=kept"}}, {true, []string{"GOROCE_BENCH_TEST=kept", "GOROCE_SAMEHOST=1"}}} {
 		var got []string
 		for _, kv := range endEnv(tc.sameHost) {
-			if strings.HasPrefix(kv, "GOROCE_") {
+			if strings.HasPrefix(kv, "GOROCE_BENCH_TEST=") || strings.HasPrefix(kv, "GOROCE_SAMEHOST=") {
 				got = append(got, kv)
 			}
 		}
@@ -241,7 +241,7 @@ func TestTargetsOrder(t *testing.T) {
 	}
 	probes := 0
 	probe := func() time.Duration { probes++; return time.Duration(100*probes) * time.Nanosecond }
-	rounds, err := Targets(TargetsConfig{Command: fake, Rounds: 2, QPs: []int{16}, LineProbe: probe}, io.Discard)
+	rounds, err := Run(Config{Command: fake, Rounds: 2, QPs: []int{16}, LineProbe: probe}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

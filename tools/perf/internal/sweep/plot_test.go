@@ -1,4 +1,4 @@
-package bench
+package sweep
 
 import (
 	"bytes"
@@ -25,13 +25,13 @@ const sweepTables = ` Bandwidth against message size (1 QP), goroce ib_write_bw 
  1024       5                   1107.01          2256.91      0.49x
 `
 
-// TestParseSweep reads the tables Sweep prints back into its result.
+// TestParseSweep reads the tables Run prints back into its result.
 func TestParseSweep(t *testing.T) {
-	r, err := ParseSweep(strings.NewReader(sweepTables))
+	r, err := Parse(strings.NewReader(sweepTables))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := SweepResult{
+	want := Result{
 		BWBySize:  []Point{{2, 1.59, 0.45}, {4096, 1183.31, 941.54}},
 		LatBySize: []Point{{2, 12.01, 5.52}, {1048576, 507.14, 222.45}},
 		BWByQPs:   []Point{{1, 2260.05, 2321.68}, {1024, 1107.01, 2256.91}},
@@ -52,29 +52,29 @@ func TestParseSweep(t *testing.T) {
 	if r.SameHost || r.Network != "loopback" || r.Rounds != 1 {
 		t.Errorf("a sweep without headers parsed as same-host %v, network %q, %d rounds (want false, loopback, 1)", r.SameHost, r.Network, r.Rounds)
 	}
-	r, err = ParseSweep(strings.NewReader(" " + networkHeader + "loopback\n " + roundsHeader + "3 per point, goroce then TCP each time; medians\n" + sweepTables))
+	r, err = Parse(strings.NewReader(" " + networkHeader + "loopback\n " + roundsHeader + "3 per point, goroce then TCP each time; medians\n" + sweepTables))
 	if err != nil || r.Rounds != 3 || len(r.BWByQPs) != 2 {
 		t.Errorf("sweep of 3 rounds: %+v, %v", r, err)
 	}
 	const veth = "veth between two namespaces, MTU 9000"
-	r, err = ParseSweep(strings.NewReader(" " + networkHeader + veth + "\n" + sweepTables))
+	r, err = Parse(strings.NewReader(" " + networkHeader + veth + "\n" + sweepTables))
 	if err != nil || r.Network != veth || len(r.BWBySize) == 0 {
 		t.Errorf("sweep over a veth: %+v, %v", r, err)
 	}
 	withLines := strings.ReplaceAll(sweepTables, "\n Latency", "\n "+lineHeader+"118 ns before the latency points\n Latency")
-	r, err = ParseSweep(strings.NewReader(" " + lineHeader + "540 ns before the bandwidth points\n" + withLines))
+	r, err = Parse(strings.NewReader(" " + lineHeader + "540 ns before the bandwidth points\n" + withLines))
 	if err != nil || len(r.LatBySize) != 2 {
 		t.Errorf("sweep with cache-line round trips: %+v, %v", r, err)
 	}
-	r, err = ParseSweep(strings.NewReader(" " + sameHostHeader + "\n\n" + sweepTables + "\n plot: sweep.svg\n"))
+	r, err = Parse(strings.NewReader(" " + sameHostHeader + "\n\n" + sweepTables + "\n plot: sweep.svg\n"))
 	if err != nil || !r.SameHost || len(r.BWByQPs) != 2 {
 		t.Errorf("same-host sweep: %+v, %v", r, err)
 	}
 	for _, bad := range []string{"", "no tables here\n", " 2 20000 1.59 0.45 3.57x\n", " " + roundsHeader + "\n" + sweepTables,
 		" " + roundsHeader + "0 per point\n" + sweepTables,
 		" Latency against message size\n 2 1000 x 5.52 2.18x\n"} {
-		if _, err := ParseSweep(strings.NewReader(bad)); err == nil {
-			t.Errorf("ParseSweep(%q): no error", bad)
+		if _, err := Parse(strings.NewReader(bad)); err == nil {
+			t.Errorf("Parse(%q): no error", bad)
 		}
 	}
 }
@@ -83,7 +83,7 @@ func TestParseSweep(t *testing.T) {
 // times the powers of ten, never with the long decimals of intermediate
 // logarithms.
 func TestPlotLogAxis(t *testing.T) {
-	r, err := ParseSweep(strings.NewReader(sweepTables))
+	r, err := Parse(strings.NewReader(sweepTables))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func FuzzParseSweep(f *testing.F) {
 	f.Add(" Bandwidth against message size\n 4 1 1e308 5 1x\n 8 1 -3 5 1x\n")
 	f.Add(" Latency against message size\n 2 1 0 0 0x\n 4 1 0 0 0x\n") // every run failed: once an endless y axis
 	f.Fuzz(func(t *testing.T, in string) {
-		r, err := ParseSweep(strings.NewReader(in))
+		r, err := Parse(strings.NewReader(in))
 		if err != nil {
 			return
 		}
@@ -138,7 +138,7 @@ func FuzzParseSweep(f *testing.F) {
 // ends the section.
 func TestSweepSection(t *testing.T) {
 	probe := time.Duration(100)
-	cfg := SweepConfig{Rounds: 3, LineProbe: func() time.Duration { probe += 10; return probe }}
+	cfg := Config{Rounds: 3, LineProbe: func() time.Duration { probe += 10; return probe }}
 	figures := map[int][][2]float64{ // per point, its rounds' figures
 		2: {{300, 100}, {100, 100}, {200, 50}}, // ratios 3, 1, 4
 		4: {{10, 1}, {20, 1}, {30, 1}},
@@ -170,8 +170,8 @@ func TestSweepSection(t *testing.T) {
 	if out.String() != want {
 		t.Errorf("section printed\n%s\nwant\n%s", out.String(), want)
 	}
-	if r, err := ParseSweep(strings.NewReader(out.String())); err != nil || len(r.BWBySize) != 2 {
-		t.Errorf("ParseSweep of the section: %v, %v", r, err)
+	if r, err := Parse(strings.NewReader(out.String())); err != nil || len(r.BWBySize) != 2 {
+		t.Errorf("Parse of the section: %v, %v", r, err)
 	}
 
 	boom := errors.New("boom")

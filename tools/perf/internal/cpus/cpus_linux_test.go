@@ -1,4 +1,4 @@
-package bench
+package cpus
 
 import (
 	"runtime"
@@ -16,7 +16,7 @@ func TestLineRoundTrip(t *testing.T) {
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		t.Fatal(err)
 	}
-	rt := lineRoundTrip(20 * time.Millisecond)
+	rt := LineRoundTrip(20 * time.Millisecond)
 	if set.Count() < 2 || runtime.GOMAXPROCS(0) < 2 {
 		if rt != 0 {
 			t.Errorf("one CPU: %v, want 0", rt)
@@ -27,7 +27,7 @@ func TestLineRoundTrip(t *testing.T) {
 		t.Errorf("round trip %v", rt)
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	if rt := lineRoundTrip(20 * time.Millisecond); rt != 0 {
+	if rt := LineRoundTrip(20 * time.Millisecond); rt != 0 {
 		t.Errorf("one P: %v, want 0", rt)
 	}
 }

@@ -1,4 +1,4 @@
-package bench
+package sweep
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ const (
 
 // WritePlot writes the sweep as an SVG picture: bandwidth and latency
 // against message size, and bandwidth against QP count, goroce and TCP.
-func WritePlot(w io.Writer, r *SweepResult, title string) error {
+func WritePlot(w io.Writer, r *Result, title string) error {
 	panels := []panel{
 		{"Bandwidth against message size (1 QP)", "message size [bytes]", "MiB/s", r.BWBySize, false},
 		{"Latency against message size (t_typical, one way)", "message size [bytes]", "µs", r.LatBySize, true},

@@ -1,26 +1,32 @@
-package bench
+package targets
 
 import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/bench"
 )
 
 // tcpConns connects a client and a server TCP socket on loopback.
 func tcpConns(t *testing.T) (c, s net.Conn) {
 	t.Helper()
-	cfg := Config{Server: netip.MustParseAddr("127.0.5.30"), Client: netip.MustParseAddr("127.0.5.31")}
-	ln, err := listenTCP(cfg)
+	ln, err := net.Listen("tcp", "127.0.5.30:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, s, err = dialPair(cfg, ln)
-	if err != nil {
+	acc := make(chan net.Conn, 1)
+	go func() { s, _ := ln.Accept(); acc <- s }()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 5, 31)}, Timeout: 5 * time.Second}
+	if c, err = d.Dial("tcp", ln.Addr().String()); err != nil {
 		t.Fatal(err)
+	}
+	if s = <-acc; s == nil {
+		c.Close()
+		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { c.Close(); s.Close() })
 	return c, s
@@ -40,8 +46,8 @@ func TestSpinningPingPong(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { Echo(s, sr, 2); close(done) }()
-	typical, err := PingPong(c, cr, 2, 50)
+	go func() { bench.Echo(s, sr, 2); close(done) }()
+	typical, err := bench.PingPong(c, cr, 2, 50)
 	if err != nil || typical <= 0 {
 		t.Fatalf("pingPong: %v µs, %v", typical, err)
 	}

@@ -1,4 +1,8 @@
-package bench
+// Package sweep measures goroce against TCP over a range: bandwidth and
+// latency against message size, and aggregate bandwidth against QP count,
+// each point goroce then TCP in the same run, both ends in this process;
+// it prints the tables, reads them back and plots them.
+package sweep
 
 import (
 	"bufio"
@@ -11,12 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/bench"
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/perftest"
+	"github.com/goroce/goroce/tools/perf/internal/cpus"
 )
 
-// SweepConfig says what a sweep covers.
-type SweepConfig struct {
+// Config says what a sweep covers.
+type Config struct {
 	Verb           perftest.Verb
 	MinSize        int // bandwidth and latency sizes, powers of two: 2 … 8 MiB by default
 	MaxSize        int
@@ -27,10 +33,10 @@ type SweepConfig struct {
 	LatIters       int   // default 200
 	Server, Client netip.Addr
 	SameHost       bool // open the devices with the same-host path (verbs.Config.SameHost)
-	Procs          int  // GOMAXPROCS for goroce's bandwidth points, as Config.Procs
-	Poll           bool // goroce's bandwidth points busy-poll, as Config.Poll
+	Procs          int  // GOMAXPROCS for goroce's bandwidth points, as bench.Config.Procs
+	Poll           bool // goroce's bandwidth points busy-poll, as bench.Config.Poll
 	// ServerNS and ClientNS are the ends' network namespaces, as
-	// Config's; Network says what joins them, for the tables and the
+	// bench.Config's; Network says what joins them, for the tables and the
 	// plot: "loopback" by default.
 	ServerNS, ClientNS *netns.NS
 	Network            string
@@ -38,9 +44,9 @@ type SweepConfig struct {
 	// each time; the tables show the medians (1 by default).
 	Rounds int
 	// LineProbe measures a cache line's round trip between two CPUs,
-	// printed before each section and after the last (nil: 50 ms of
-	// lineRoundTrip; 0 prints nothing): whether the host had the two
-	// vCPUs close or far apart while the section ran (Targets).
+	// printed before each section and after each of its rounds (nil: 50
+	// ms of cpus.LineRoundTrip; 0 prints nothing): whether the host had
+	// the two vCPUs close or far apart while the section ran.
 	LineProbe func() time.Duration
 }
 
@@ -50,11 +56,11 @@ type Point struct {
 	Goroce, TCP float64 // MiB/s, or µs for latency
 }
 
-// SweepResult holds the three series of a sweep.
-type SweepResult struct {
+// Result holds the three series of a sweep.
+type Result struct {
 	BWBySize, LatBySize, BWByQPs []Point
 	SameHost                     bool   // goroce ran over the same-host path
-	Network                      string // what joined the two ends: "loopback", or as SweepConfig.Network said
+	Network                      string // what joined the two ends: "loopback", or as Config.Network said
 	Rounds                       int    // measurements per point, whose medians the series hold
 }
 
@@ -62,7 +68,7 @@ type SweepResult struct {
 const sameHostHeader = "Path: goroce over the same-host path (shared memory, GOROCE_SAMEHOST=1); TCP as always"
 
 // lineHeader starts the lines that give a cache line's round trip
-// between the two CPUs (SweepConfig.LineProbe).
+// between the two CPUs (Config.LineProbe).
 const lineHeader = "Cache line between the two CPUs and back: "
 
 // networkHeader heads the tables of every sweep, naming what joined the
@@ -73,7 +79,7 @@ const networkHeader = "Network: "
 // several rounds.
 const roundsHeader = "Rounds: "
 
-func (c *SweepConfig) defaults() {
+func (c *Config) defaults() {
 	if c.MinSize == 0 {
 		c.MinSize = 2
 	}
@@ -104,7 +110,7 @@ func (c *SweepConfig) defaults() {
 		c.Network = "loopback"
 	}
 	if c.LineProbe == nil {
-		c.LineProbe = func() time.Duration { return lineRoundTrip(50 * time.Millisecond) }
+		c.LineProbe = func() time.Duration { return cpus.LineRoundTrip(50 * time.Millisecond) }
 	}
 	if c.Rounds == 0 {
 		c.Rounds = 1
@@ -118,19 +124,19 @@ func iters(total int64, size, qps int) int {
 	return int(min(max(n, 5), 20000)) // above 20000 perftest drops the peak
 }
 
-// Sweep measures bandwidth and latency against message size, and
+// Run measures bandwidth and latency against message size, and
 // bandwidth against QP count, each point goroce then TCP in the same run,
 // and prints each section's table when its points are measured.
-func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
+func Run(cfg Config, out io.Writer) (*Result, error) {
 	cfg.defaults()
-	e, err := OpenEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
+	e, err := bench.OpenEnds(cfg.Server, cfg.Client, cfg.ServerNS, cfg.ClientNS, cfg.SameHost)
 	if err != nil {
 		return nil, err
 	}
 	defer e.Close()
-	tcfg := Config{Server: cfg.Server, Client: cfg.Client, ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, QPs: 1, LatIters: cfg.LatIters}
+	tcfg := bench.Config{Server: cfg.Server, Client: cfg.Client, ServerNS: cfg.ServerNS, ClientNS: cfg.ClientNS, QPs: 1, LatIters: cfg.LatIters}
 	bw := perftest.Test{Verb: cfg.Verb, Kind: perftest.BW}
-	res := &SweepResult{SameHost: cfg.SameHost, Network: cfg.Network, Rounds: cfg.Rounds}
+	res := &Result{SameHost: cfg.SameHost, Network: cfg.Network, Rounds: cfg.Rounds}
 	fmt.Fprintf(out, " %s%s\n", networkHeader, cfg.Network)
 	if cfg.Rounds > 1 {
 		fmt.Fprintf(out, " %s%d per point, goroce then TCP each time, each round over all of a section's points; medians, the ratio the median of the rounds' ratios\n", roundsHeader, cfg.Rounds)
@@ -148,7 +154,7 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 			}
 			tc := tcfg
 			tc.QPs = qps
-			t, _, err = TCPBandwidth(tc, size, int64(size)*int64(n))
+			t, _, err = bench.TCPBandwidth(tc, size, int64(size)*int64(n))
 			return g, t, err
 		}
 	}
@@ -170,14 +176,14 @@ func Sweep(cfg SweepConfig, out io.Writer) (*SweepResult, error) {
 	for size := cfg.MinSize; size <= cfg.MaxLatSize; size *= 2 {
 		args := []string{"-n", strconv.Itoa(cfg.LatIters), "-s", strconv.Itoa(size)}
 		lats = append(lats, sweepPoint{size, cfg.LatIters, func() (g, t float64, err error) {
-			o, err := Pair(lat, args, false, e, io.Discard)
+			o, err := bench.Pair(lat, args, false, e, io.Discard)
 			if err != nil {
 				return 0, 0, err
 			}
-			if g, err = LastColumn(o, 4); err != nil {
+			if g, err = bench.LastColumn(o, 4); err != nil {
 				return 0, 0, err
 			}
-			t, err = TCPLatency(tcfg, size)
+			t, err = bench.TCPLatency(tcfg, size)
 			return g, t, err
 		}})
 	}
@@ -225,7 +231,7 @@ type sweepPoint struct {
 // line's round trip between the two CPUs (LineProbe) is printed as it
 // was before the first round and after each, named by what, for the
 // reader to see whether a section ran while the host had the vCPUs apart.
-func (cfg *SweepConfig) section(out io.Writer, what string, series *[]Point, points []sweepPoint, header, xName, itersName, gName, tName string) error {
+func (cfg *Config) section(out io.Writer, what string, series *[]Point, points []sweepPoint, header, xName, itersName, gName, tName string) error {
 	probes := []time.Duration{cfg.LineProbe()}
 	figures := make([][3][]float64, len(points)) // per point: goroce's, TCP's, the ratios
 	for r := range cfg.Rounds {
@@ -255,7 +261,7 @@ func (cfg *SweepConfig) section(out io.Writer, what string, series *[]Point, poi
 	for i, p := range points {
 		var m [3]float64
 		for j, v := range figures[i] {
-			m[j] = Median(v)
+			m[j] = bench.Median(v)
 		}
 		*series = append(*series, Point{p.x, m[0], m[1]})
 		fmt.Fprintf(out, " %-10d %-10d %16.2f %16.2f %9.2fx\n", p.x, p.iters, m[0], m[1], m[2])
@@ -264,25 +270,25 @@ func (cfg *SweepConfig) section(out io.Writer, what string, series *[]Point, poi
 }
 
 // bwPoint runs one perftest bandwidth test and returns its average.
-func bwPoint(t perftest.Test, size, n, qps, procs int, poll bool, e *Ends) (float64, error) {
+func bwPoint(t perftest.Test, size, n, qps, procs int, poll bool, e *bench.Ends) (float64, error) {
 	args := []string{"-s", strconv.Itoa(size), "-n", strconv.Itoa(n), "-q", strconv.Itoa(qps)}
 	var o string
 	var err error
-	WithProcs(procs, func() { o, err = Pair(t, args, poll, e, io.Discard) })
+	bench.WithProcs(procs, func() { o, err = bench.Pair(t, args, poll, e, io.Discard) })
 	if err != nil {
 		return 0, err
 	}
-	return LastColumn(o, 3)
+	return bench.LastColumn(o, 3)
 }
 
 // finite reports whether v is neither infinite nor NaN.
 func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
 
-// ParseSweep reads back the tables Sweep prints (its three sections, each
+// Parse reads back the tables Run prints (its three sections, each
 // a header line, a column line and rows of size or QP count, iterations,
 // goroce, TCP and ratio), so that a saved sweep can be plotted again.
-func ParseSweep(r io.Reader) (*SweepResult, error) {
-	res := &SweepResult{Network: "loopback", Rounds: 1}
+func Parse(r io.Reader) (*Result, error) {
+	res := &Result{Network: "loopback", Rounds: 1}
 	var cur *[]Point
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {

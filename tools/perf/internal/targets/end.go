@@ -1,4 +1,4 @@
-package bench
+package targets
 
 import (
 	"errors"
@@ -10,11 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/bench"
 	"github.com/goroce/goroce/internal/perftest"
 )
 
 // End runs one end of a measurement between two processes (Targets), in
-// the process a TargetsConfig.Command started, and returns its exit
+// the process a Config.Command started, and returns its exit
 // status. args are one of:
 //
 //	perftest TOOL ARGS...                 a perftest tool, as its own command runs (perftest.Main)
@@ -63,11 +64,11 @@ func tcpEnd(args []string, stdout io.Writer) error {
 	// reads makes an echo's or a ping's reader: one that polls for the
 	// spin- ends, one that blocks for the others.
 	kind, spin := strings.CutPrefix(args[0], "tcp-spin-")
-	reads := func(c net.Conn) (ReadFull, error) {
+	reads := func(c net.Conn) (bench.ReadFull, error) {
 		if spin {
 			return spinningReads(c)
 		}
-		return BlockingReads(c), nil
+		return bench.BlockingReads(c), nil
 	}
 	if spin {
 		if kind != "echo" && kind != "ping" {
@@ -78,7 +79,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 	switch {
 	case args[0] == "tcp-sink" && len(args) == 2:
 		return serveOne(args[1], stdout, func(c net.Conn) error {
-			Sink(c)
+			bench.Sink(c)
 			return nil
 		})
 	case args[0] == "tcp-echo" && len(args) == 3:
@@ -91,7 +92,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			Echo(c, read, size)
+			bench.Echo(c, read, size)
 			return nil
 		})
 	case (args[0] == "tcp-source" || args[0] == "tcp-ping") && len(args) == 5:
@@ -115,7 +116,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			typical, err := PingPong(c, read, size, int(n))
+			typical, err := bench.PingPong(c, read, size, int(n))
 			if err != nil {
 				return err
 			}
@@ -123,7 +124,7 @@ func tcpEnd(args []string, stdout io.Writer) error {
 			return err
 		}
 		start := time.Now()
-		if err := Send(c, size, n, time.Time{}); err != nil {
+		if err := bench.Send(c, size, n, time.Time{}); err != nil {
 			return err
 		}
 		// The sink closes once it has read everything: the stream's time

@@ -1,4 +1,6 @@
-package bench
+// Package cpus tells how far apart the host has put two CPUs: the time a
+// cache line takes from one to the other and back.
+package cpus
 
 import (
 	"runtime"
@@ -8,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lineRoundTrip measures how long a cache line takes to go from one CPU
+// LineRoundTrip measures how long a cache line takes to go from one CPU
 // to another and back: two threads, each pinned to one of the first two
 // CPUs this process may run on, take turns writing a counter the other
 // spins on, for about d. It returns the mean round trip, or 0 when the
@@ -22,7 +24,7 @@ import (
 // it moved 4,400–6,000 MiB/s against 15,000–19,500; docs/perf/HISTORY.md).
 // Targets measures it around each round and Sweep around each section, so
 // that slow figures show why.
-func lineRoundTrip(d time.Duration) time.Duration {
+func LineRoundTrip(d time.Duration) time.Duration {
 	var set unix.CPUSet
 	if runtime.GOMAXPROCS(0) < 2 || unix.SchedGetaffinity(0, &set) != nil || set.Count() < 2 {
 		return 0
