@@ -5,6 +5,8 @@
 //	go run ./tools/perf targets [-rounds N] [-samehost | -veth]   the performance targets between two processes, with verdicts
 //	go run ./tools/perf sweep [-rounds N] [-plot FILE.svg]        sizes and QP counts, goroce against TCP: tables and a plot
 //	go run ./tools/perf replot SWEEP.txt FILE.svg                 the plot of a saved sweep, without measuring
+//	go run ./tools/perf floor [-n N] [-server | -client]          the kernel's floor under the 2-byte latency: a bare UDP ping-pong
+//	go run ./tools/perf udpcost [-size N] [-gso N] [-first]       the kernel's UDP cost alone: sender CPU per datagram and per GiB
 //
 // tools/perf/README.md says what each measures and how to read it.
 package main
@@ -26,6 +28,8 @@ var commands = []command{
 	{"targets", "targets [-rounds N] [-samehost | -veth]", "the performance targets between two processes, with verdicts", runTargets},
 	{"sweep", "sweep [-rounds N] [-plot FILE.svg]", "sizes and QP counts, goroce against TCP: tables and a plot", runSweep},
 	{"replot", "replot SWEEP.txt FILE.svg", "the plot of a sweep's saved tables, without measuring", runReplot},
+	{"floor", "floor [-n N] [-server | -client]", "the kernel's floor under the 2-byte latency: a bare UDP ping-pong", runFloor},
+	{"udpcost", "udpcost [-size N] [-gso N] [-first]", "the kernel's UDP cost alone: sender CPU per datagram and per GiB", runUDPCost},
 	{endCommand, "", "", targets.End}, // no usage: targets runs it itself
 }
 

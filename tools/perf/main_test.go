@@ -16,13 +16,17 @@ import (
 )
 
 // TestMain lets this test binary run as the tool's endCommand: `perf
-// targets` starts its ends as os.Executable, here the test binary.
+// targets` starts its ends as os.Executable, here the test binary. With
+// runAsTool set in its environment it runs as the tool itself.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == endCommand {
+	if len(os.Args) > 1 && os.Args[1] == endCommand || os.Getenv(runAsTool) == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
+
+// runAsTool names the variable that has this test binary run as the tool.
+const runAsTool = "GOROCE_PERF_TEST_TOOL"
 
 // TestFlags: flags that do not fit fail with exit status 2, measuring
 // nothing.
@@ -33,13 +37,14 @@ func TestFlags(t *testing.T) {
 		{"targets", "-veth", "-samehost"}, {"targets", "-veth", "-addrs", "127.0.0.1,127.0.0.2"},
 		{"sweep", "-rounds", "0"}, {"sweep", "-op", "atomic"}, {"sweep", "-max-size", "1"}, {"sweep", "-veth", "-samehost"}, {"sweep", "extra"},
 		{"replot"}, {"replot", "sweep.txt"}, {"replot", "a", "b", "c"},
+		{"floor", "-server", "-client"}, {"floor", "-n", "0"}, {"floor", "-local", "nowhere"}, {"floor", "extra"}, {"udpcost", "extra"}, {"udpcost", "-size"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 || out.Len() != 0 {
 			t.Errorf("%q: exit %d, stdout %q, want 2 and nothing (%s)", args, code, out.String(), errb.String())
 		}
 	}
-	for _, args := range [][]string{{"-h"}, {"targets", "-h"}, {"sweep", "-h"}, {"replot", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"targets", "-h"}, {"sweep", "-h"}, {"replot", "-h"}, {"floor", "-h"}, {"udpcost", "-h"}} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 0 || !strings.Contains(errb.String(), "usage: go run ./tools/perf") {
 			t.Errorf("%q: exit %d, stderr %q; want 0 and the usage", args, code, errb.String())
@@ -192,5 +197,52 @@ func TestVeth(t *testing.T) {
 	}
 	if prefix := fmt.Sprintf("goroce-perf-%d-", os.Getpid()); strings.Contains(string(list), prefix) {
 		t.Errorf("namespaces left behind:\n%s", list)
+	}
+}
+
+// TestFloor runs `perf floor` small, both ends in this process, and its
+// two ends as two processes of this test binary: each prints the median
+// one-way time of goroce's ping-pong datagram over bare UDP.
+func TestFloor(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the floor is measured on Linux only")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"floor", "-n", "300", "-v", "-local", "127.0.5.40", "-peer", "127.0.5.41"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	oneWay := regexp.MustCompile(`(?m)^56 bytes in 2 segment\(s\), 300 round trips: one way \d+\.\d\d us \(median\)\nmin `)
+	if !oneWay.MatchString(out.String()) {
+		t.Errorf("output:\n%s", out.String())
+	}
+	server := exec.Command(os.Args[0], "floor", "-server", "-n", "200", "-local", "127.0.5.42", "-port", "19791")
+	var srvOut bytes.Buffer
+	server.Env = append(os.Environ(), runAsTool+"=1")
+	server.Stdout, server.Stderr = &srvOut, &srvOut
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	code := run([]string{"floor", "-client", "-segments", "1", "-n", "200", "-local", "127.0.5.43", "-peer", "127.0.5.42", "-port", "19791"}, &out, &errb)
+	if err := server.Wait(); err != nil || code != 0 {
+		t.Fatalf("client: exit %d: %s; server: %v: %s", code, errb.String(), err, srvOut.String())
+	}
+	if !strings.HasPrefix(out.String(), "36 bytes in 1 segment(s), 200 round trips: one way ") {
+		t.Errorf("client's output: %q", out.String())
+	}
+}
+
+// TestUDPCost runs `perf udpcost` for a moment: it reports the sender's
+// CPU per datagram. It measures no speed.
+func TestUDPCost(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the UDP cost is measured on Linux only")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"udpcost", "-size", "4112", "-gso", "15", "-first", "-per", "1", "-t", "50ms"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "sender CPU: ") || !strings.Contains(out.String(), " us per datagram") {
+		t.Errorf("output:\n%s", out.String())
 	}
 }

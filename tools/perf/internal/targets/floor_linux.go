@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/goroce/goroce/internal/udpping"
+	"github.com/goroce/goroce/tools/perf/internal/udpping"
 )
 
 // floorTimeout bounds each wait of a floor end for its peer's message.

@@ -1,6 +1,6 @@
 //go:build linux
 
-// Command udpcost measures what the kernel's UDP path costs a sender on
+// Package udpcost measures what the kernel's UDP path costs a sender on
 // this machine: the sending thread's CPU time per datagram and per GiB,
 // sending over loopback (127.0.0.2 to 127.0.0.1) to a reader that spins on
 // its socket, with nothing of RDMA on top. It is the bare program behind
@@ -8,22 +8,22 @@
 // machine whose kernel charges microseconds per datagram, the number of
 // datagrams, not of bytes, decides what goroce's UDP path can move.
 //
-//	go run ./test/perf/udpcost -size 1024                  # plain 1 KiB datagrams, 16 per sendmmsg
-//	go run ./test/perf/udpcost -size 1024 -connect         # the same from a connected socket
-//	go run ./test/perf/udpcost -size 4112 -gso 15 -first -per 1   # 64 KiB WRITEs as goroce sends them
-//	go run ./test/perf/udpcost -size 4112 -gso 15 -first -per 1 -socks 256   # one socket per QP
+//	go run ./tools/perf udpcost -size 1024                  # plain 1 KiB datagrams, 16 per sendmmsg
+//	go run ./tools/perf udpcost -size 1024 -connect         # the same from a connected socket
+//	go run ./tools/perf udpcost -size 4112 -gso 15 -first -per 1   # 64 KiB WRITEs as goroce sends them
+//	go run ./tools/perf udpcost -size 4112 -gso 15 -first -per 1 -socks 256   # one socket per QP
 //
 // -gso N sends each message as a UDP_SEGMENT super-packet of N segments of
 // -size bytes; -first puts a datagram 16 bytes longer before it (a
 // WRITE_FIRST, whose RETH keeps it out of the run). Compare runs
 // alternately: the figures of one run move with the machine's load.
-package main
+package udpcost
 
 import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
+	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -55,28 +55,47 @@ type result struct {
 	elapsed, cpu     time.Duration // wall time, and the sending thread's CPU time
 }
 
-func main() {
+// Main runs udpcost with the command-line arguments args and returns its
+// exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("udpcost", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	var c config
-	flag.IntVar(&c.size, "size", 1024, "bytes per datagram, or per segment with -gso")
-	flag.IntVar(&c.gso, "gso", 1, "segments per UDP_SEGMENT super-packet (1: plain datagrams)")
-	flag.BoolVar(&c.first, "first", false, "start each message with a datagram 16 bytes longer than -size, sent alone (a WRITE_FIRST)")
-	flag.IntVar(&c.per, "per", 16, "messages per sendmmsg")
-	flag.IntVar(&c.socks, "socks", 1, "sending sockets, taking turns call by call")
-	flag.BoolVar(&c.connect, "connect", false, "connect the sending sockets (the kernel then keeps their route)")
-	flag.BoolVar(&c.ipv6, "6", false, "send over IPv6, ::1 to ::1, instead of 127.0.0.2 to 127.0.0.1")
-	flag.DurationVar(&c.dur, "t", 2*time.Second, "how long to send")
-	flag.Parse()
+	fs.IntVar(&c.size, "size", 1024, "bytes per datagram, or per segment with -gso")
+	fs.IntVar(&c.gso, "gso", 1, "segments per UDP_SEGMENT super-packet (1: plain datagrams)")
+	fs.BoolVar(&c.first, "first", false, "start each message with a datagram 16 bytes longer than -size, sent alone (a WRITE_FIRST)")
+	fs.IntVar(&c.per, "per", 16, "messages per sendmmsg")
+	fs.IntVar(&c.socks, "socks", 1, "sending sockets, taking turns call by call")
+	fs.BoolVar(&c.connect, "connect", false, "connect the sending sockets (the kernel then keeps their route)")
+	fs.BoolVar(&c.ipv6, "6", false, "send over IPv6, ::1 to ::1, instead of 127.0.0.2 to 127.0.0.1")
+	fs.DurationVar(&c.dur, "t", 2*time.Second, "how long to send")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: go run ./tools/perf udpcost [-size N] [-gso N] [-first] [-per N] [-socks N] [-connect] [-6] [-t DURATION]")
+		fmt.Fprintln(stderr, "\nMeasures the sending thread's CPU time per datagram and per GiB over loopback, with nothing of RDMA on top.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "udpcost: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
 	r, err := run(c)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "udpcost:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "udpcost:", err)
+		return 1
 	}
 	gib := float64(r.bytes) / (1 << 30)
-	fmt.Printf("size %d gso %d first %v per %d socks %d connect %v ipv6 %v: %.0f MiB/s, %.0f k datagrams/s, %.1f datagrams per call\n",
+	fmt.Fprintf(stdout, "size %d gso %d first %v per %d socks %d connect %v ipv6 %v: %.0f MiB/s, %.0f k datagrams/s, %.1f datagrams per call\n",
 		c.size, c.gso, c.first, c.per, c.socks, c.connect, c.ipv6,
 		float64(r.bytes)/r.elapsed.Seconds()/(1<<20), float64(r.datagrams)/r.elapsed.Seconds()/1e3, float64(r.datagrams)/float64(max(r.calls, 1)))
-	fmt.Printf("sender CPU: %.2f us per datagram, %.3f s per GiB; reader got %.1f%% of the bytes; %d calls found the buffer full\n",
+	fmt.Fprintf(stdout, "sender CPU: %.2f us per datagram, %.3f s per GiB; reader got %.1f%% of the bytes; %d calls found the buffer full\n",
 		r.cpu.Seconds()*1e6/float64(max(r.datagrams, 1)), r.cpu.Seconds()/max(gib, 1e-9), 100*float64(r.received)/float64(max(r.bytes, 1)), r.full)
+	return 0
 }
 
 // mmsghdr is struct mmsghdr of <sys/socket.h>.
