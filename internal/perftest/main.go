@@ -54,7 +54,7 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 
 // CPUProfileEnv names the environment variable that has a tool write a CPU
 // profile of its run to the file it names (runtime/pprof): the profiles
-// test/perf/pgo.sh merges into the build's profile (cmd/default.pgo).
+// tools/perf/pgo.sh merges into the build's profile (cmd/default.pgo).
 const CPUProfileEnv = "GOROCE_CPUPROFILE"
 
 // startCPUProfile starts a CPU profile into a new file at path and returns
