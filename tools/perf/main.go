@@ -7,6 +7,7 @@
 //	go run ./tools/perf replot SWEEP.txt FILE.svg                 the plot of a saved sweep, without measuring
 //	go run ./tools/perf floor [-n N] [-server | -client]          the kernel's floor under the 2-byte latency: a bare UDP ping-pong
 //	go run ./tools/perf udpcost [-size N] [-gso N] [-first]       the kernel's UDP cost alone: sender CPU per datagram and per GiB
+//	go run ./tools/perf vcpus [-n N]                              how far apart the host has put two vCPUs: a cache line's round trip
 //
 // tools/perf/README.md says what each measures and how to read it.
 package main
@@ -30,6 +31,7 @@ var commands = []command{
 	{"replot", "replot SWEEP.txt FILE.svg", "the plot of a sweep's saved tables, without measuring", runReplot},
 	{"floor", "floor [-n N] [-server | -client]", "the kernel's floor under the 2-byte latency: a bare UDP ping-pong", runFloor},
 	{"udpcost", "udpcost [-size N] [-gso N] [-first]", "the kernel's UDP cost alone: sender CPU per datagram and per GiB", runUDPCost},
+	{"vcpus", "vcpus [-n N] [-d DURATION]", "how far apart the host has put two vCPUs: a cache line's round trip", runVCPUs},
 	{endCommand, "", "", targets.End}, // no usage: targets runs it itself
 }
 

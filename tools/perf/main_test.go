@@ -38,13 +38,14 @@ func TestFlags(t *testing.T) {
 		{"sweep", "-rounds", "0"}, {"sweep", "-op", "atomic"}, {"sweep", "-max-size", "1"}, {"sweep", "-veth", "-samehost"}, {"sweep", "extra"},
 		{"replot"}, {"replot", "sweep.txt"}, {"replot", "a", "b", "c"},
 		{"floor", "-server", "-client"}, {"floor", "-n", "0"}, {"floor", "-local", "nowhere"}, {"floor", "extra"}, {"udpcost", "extra"}, {"udpcost", "-size"},
+		{"vcpus", "-n", "0"}, {"vcpus", "-d", "0s"}, {"vcpus", "extra"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 || out.Len() != 0 {
 			t.Errorf("%q: exit %d, stdout %q, want 2 and nothing (%s)", args, code, out.String(), errb.String())
 		}
 	}
-	for _, args := range [][]string{{"-h"}, {"targets", "-h"}, {"sweep", "-h"}, {"replot", "-h"}, {"floor", "-h"}, {"udpcost", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"targets", "-h"}, {"sweep", "-h"}, {"replot", "-h"}, {"floor", "-h"}, {"udpcost", "-h"}, {"vcpus", "-h"}} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 0 || !strings.Contains(errb.String(), "usage: go run ./tools/perf") {
 			t.Errorf("%q: exit %d, stderr %q; want 0 and the usage", args, code, errb.String())
@@ -244,5 +245,23 @@ func TestUDPCost(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "sender CPU: ") || !strings.Contains(out.String(), " us per datagram") {
 		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+// TestVCPUs runs `perf vcpus` twice over: on two CPUs or more each probe
+// prints its round trip and the summary follows; on one it says there is
+// nothing to measure.
+func TestVCPUs(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"vcpus", "-n", "2", "-d", "10ms", "-every", "20ms"}, &out, &errb)
+	if runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
+		if code != 1 || !strings.Contains(errb.String(), "fewer than two CPUs") {
+			t.Errorf("one CPU: exit %d, %q", code, errb.String())
+		}
+		return
+	}
+	probes := regexp.MustCompile(`(?m)^ +\d+\.\d s  cache line between the two CPUs and back: \d+ ns\n`)
+	if code != 0 || len(probes.FindAllString(out.String(), -1)) != 2 || !strings.Contains(out.String(), " 2 probes: ") {
+		t.Errorf("exit %d: %s\n%s", code, errb.String(), out.String())
 	}
 }
