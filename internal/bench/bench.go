@@ -319,9 +319,9 @@ func pairOnce(t perftest.Test, args []string, poll bool, e *Ends, out io.Writer)
 // FreePort returns a TCP port free on every address: the perftest server
 // listens on all of them (perftest's -p), and a port free on the server's
 // address alone may be the source port of a connection on another (the
-// TCP comparison's 1024 connections from the client's address, still
-// closing from the run before, made one run in three of `-q 1024` fail
-// with "address already in use"). It looks in the server's namespace ns.
+// TCP comparison's many connections from the client's address, still
+// closing from the run before), where the server would fail with
+// "address already in use". It looks in the server's namespace ns.
 func FreePort(ns *netns.NS) (int, error) {
 	var ln net.Listener
 	err := ns.Do(func() (err error) {

@@ -8,9 +8,9 @@ import (
 
 // Rounds runs the benchmark n times, each round goroce then TCP as Run
 // does, and prints after the last a summary: the median of each figure
-// and of each round's ratio, with their ranges. On these shared machines
-// one round's ratio can be off by half either way; the median of a few
-// rounds, each ratio taken within its own round, holds better.
+// and of each round's ratio, with their ranges. On a shared machine one
+// round's ratio can be far off either way; the median of a few rounds,
+// each ratio taken within its own round, holds better.
 func Rounds(cfg Config, n int, out io.Writer) ([]*Result, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("rounds: %d, want at least 1", n)

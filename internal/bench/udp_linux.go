@@ -65,7 +65,7 @@ func udpCeiling(cfg Config, n int64) (mibps, lost float64, err error) {
 	// The sender keeps at most ceilingWindow bytes unread, as an RDMA
 	// sender keeps its window: told by the receiver directly, in memory,
 	// the cheapest acknowledgement there is. Unpaced, the sender outruns
-	// the receiver and a fifth of what it sends is dropped.
+	// the receiver, whose socket drops what its buffer cannot hold.
 	var rcvd atomic.Int64
 	wake := make(chan struct{}, 1)
 	done := make(chan struct{})

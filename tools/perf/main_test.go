@@ -68,6 +68,9 @@ func TestTargets(t *testing.T) {
 		!strings.Contains(o, " round 2 of 2: 16384 B ") {
 		t.Errorf("no header or no second round:\n%s", o)
 	}
+	if strings.Contains(strings.ToLower(o), "issue") {
+		t.Errorf("the report names an issue; it should say what it measures:\n%s", o)
+	}
 	i := strings.Index(o, "2 rounds: medians (min–max)")
 	if i < 0 {
 		t.Fatalf("no summary:\n%s", o)

@@ -17,13 +17,12 @@ import (
 // process may run on fewer than two CPUs (or on one P).
 //
 // On a virtual machine the figure says where the host has put the two
-// vCPUs. On the twenty-fourth round's 2-vCPU guest it is 80–125 ns for
-// stretches of seconds or minutes and 360–660 ns (mostly 520–560) for
-// others; in the slow state every transfer between two processes on the
-// two vCPUs is slower, the same-host ring's above all (64 KiB WRITEs over
-// it moved 4,400–6,000 MiB/s against 15,000–19,500; docs/perf/HISTORY.md).
-// Targets measures it around each round and Sweep around each section, so
-// that slow figures show why.
+// vCPUs, and a host may move them for stretches of seconds or minutes:
+// close, as two cores of one socket, the round trip takes a hundred
+// nanoseconds or so; far apart, several times that, and every transfer
+// between two processes on the two vCPUs is slower, the same-host ring's
+// above all. The targets measure it around each round and the sweep
+// around each section, so that slow figures show why.
 func LineRoundTrip(d time.Duration) time.Duration {
 	var set unix.CPUSet
 	if runtime.GOMAXPROCS(0) < 2 || unix.SchedGetaffinity(0, &set) != nil || set.Count() < 2 {

@@ -224,9 +224,9 @@ type sweepPoint struct {
 // figures, of TCP's and of the rounds' ratios, which it also appends to
 // series. Every other round goes over the points backwards. A host whose
 // speed changes for a stretch of seconds, as a shared virtual machine's
-// does (the host moving its two vCPUs apart, docs/perf/HISTORY.md,
-// twenty-fourth round), then slows one round of every point rather than
-// every round of the points it happened to fall on; a point's median
+// does when the host moves its two vCPUs apart, then slows one round of
+// every point rather than every round of the points it happens to fall
+// on; a point's median
 // moves only when the stretch covers most of the section. The cache
 // line's round trip between the two CPUs (LineProbe) is printed as it
 // was before the first round and after each, named by what, for the

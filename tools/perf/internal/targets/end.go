@@ -14,7 +14,7 @@ import (
 	"github.com/goroce/goroce/internal/perftest"
 )
 
-// End runs one end of a measurement between two processes (Targets), in
+// End runs one end of a measurement between two processes (Run), in
 // the process a Config.Command started, and returns its exit
 // status. args are one of:
 //
@@ -37,7 +37,7 @@ func End(args []string, stdout, stderr io.Writer) int {
 	if len(args) >= 2 && args[0] == "perftest" {
 		t, ok := perftest.Tools[args[1]]
 		if !ok {
-			fmt.Fprintf(stderr, "bench end: no perftest tool %q\n", args[1])
+			fmt.Fprintf(stderr, "perf end: no perftest tool %q\n", args[1])
 			return 2
 		}
 		return perftest.Main(t, args[2:], stdout, stderr)
@@ -47,7 +47,7 @@ func End(args []string, stdout, stderr io.Writer) int {
 		end = floorEnd
 	}
 	if err := end(args, stdout); err != nil {
-		fmt.Fprintf(stderr, "bench end %s: %v\n", strings.Join(args, " "), err)
+		fmt.Fprintf(stderr, "perf end %s: %v\n", strings.Join(args, " "), err)
 		return 1
 	}
 	return 0

@@ -9,7 +9,7 @@ import (
 	"github.com/goroce/goroce/internal/syncbuf"
 )
 
-// TestFloorEnds runs End's two UDP ends against each other, as Targets
+// TestFloorEnds runs End's two UDP ends against each other, as Run
 // starts them in two processes: the echo prints its port, the ping its
 // median one-way time.
 func TestFloorEnds(t *testing.T) {

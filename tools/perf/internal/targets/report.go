@@ -13,11 +13,10 @@ import (
 
 // A round whose cache-line round trip took farLine times the run's
 // quickest or more and farLineGapNs more than it, or farLineNs or more,
-// is named by Print as run with the vCPUs far apart (the
-// twenty-fourth round's machine: 80–125 ns near, 360–660 far; CPUs of one
-// socket take well under 300 ns on today's machines). The gap keeps one
-// quick reading from making ordinary ones far: a sitting of the
-// twenty-seventh round read 59 ns once and 95–139 ns otherwise.
+// is named by Print as run with the vCPUs far apart. CPUs of one socket
+// take well under farLineNs on today's machines; a host that moves two
+// vCPUs apart multiplies it several times. The gap keeps one unusually
+// quick reading from making the ordinary ones far.
 const (
 	farLine      = 2
 	farLineGapNs = 100
@@ -27,15 +26,18 @@ const (
 // lineMax is the longer of t's two cache-line round trips.
 func (t *Round) lineMax() float64 { return max(t.LineRT[0], t.LineRT[1]) }
 
-// A target is one of issue 8's goals: a figure's median at least or at
-// most bound.
+// A target is one of goroce's performance goals (docs/PERFORMANCE.md): a
+// figure's median at least or at most bound.
 type target struct {
 	goal    string // as the table shows it
 	atLeast bool
 	bound   float64
 }
 
-// Issue 8's targets.
+// The targets: 64 KiB WRITEs at 1.2x one TCP stream's bandwidth (1.3x
+// across a veth pair), no more CPU per byte than TCP, a 2-byte WRITE in
+// half TCP's one-way time, 1.5 million 64-byte messages a second, and as
+// much with many QPs as with one (0.9x).
 var (
 	targetBW   = target{"≥ 1.2x TCP", true, 1.2}
 	targetVeth = target{"≥ 1.3x TCP", true, 1.3}
@@ -134,8 +136,8 @@ func printTable(out io.Writer, cfg Config, rounds []*Round) {
 	lat, tcpLat := func(r *Round) float64 { return r.Lat }, func(r *Round) float64 { return r.TCPLat }
 	vsTCP("ib_write_lat 2 B t_typical [usec]", targetLat, "%.2f", lat, tcpLat)
 	// goroce's busy-poll latency against TCP's whose readers spin too: no
-	// target of the issue's, the like-for-like reference beside the one
-	// above, whose TCP readers block and wait to be woken.
+	// target, the like-for-like reference beside the one above, whose TCP
+	// readers block and wait to be woken.
 	spin := func(r *Round) float64 { return r.TCPSpinLat }
 	fmt.Fprintf(out, row, "  the same, TCP's readers spinning", "", cell(lat, "%.2f"), cell(spin, "%.2f"),
 		cell(func(r *Round) float64 { return lat(r) / spin(r) }, "%.2fx"), "(reference)")

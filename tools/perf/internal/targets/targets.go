@@ -1,3 +1,7 @@
+// Package targets measures goroce's performance targets between two
+// processes, as a user runs the tools, against TCP between two Go
+// processes, and says of each how far it is; End runs the ends, each in
+// a process of its own.
 package targets
 
 import (
@@ -15,8 +19,8 @@ import (
 	"github.com/goroce/goroce/tools/perf/internal/cpus"
 )
 
-// Targets measures issue 8's targets between two processes, as a user
-// runs the tools: goroce's ends are perftest tools, each in its own
+// Run measures the performance targets (docs/PERFORMANCE.md) between two
+// processes, as a user runs the tools: goroce's ends are perftest tools, each in its own
 // process (ib_write_bw and ib_write_lat, on one P and polling as the
 // commands run), and TCP's are two Go processes moving the same bytes
 // over one stream, or ping-ponging the same messages: once with reads
@@ -42,7 +46,7 @@ func Run(cfg Config, out io.Writer) ([]*Round, error) {
 	if cfg.SameHost {
 		path = "the same-host path (GOROCE_SAMEHOST=1)"
 	}
-	fmt.Fprintf(out, "goroce bench -targets: issue 8's targets between two processes, goroce over %s (%v, %v) against TCP between two Go processes, %s, %s\n",
+	fmt.Fprintf(out, "targets between two processes: goroce over %s (%v, %v) against TCP between two Go processes, %s, %s\n",
 		path, cfg.Server, cfg.Client, cfg.Network, plural(cfg.Rounds, "round"))
 	var rounds []*Round
 	for i := range cfg.Rounds {
@@ -57,12 +61,12 @@ func Run(cfg Config, out io.Writer) ([]*Round, error) {
 	return rounds, nil
 }
 
-// Config says how Targets measures.
+// Config says how Run measures.
 type Config struct {
 	// Command returns the command that runs one end, the server's if
-	// server, with End's arguments: cmd/goroce runs itself as `goroce
-	// bench-end ARGS...`, inside the end's namespace with -veth.
-	// Targets sets its environment, output and error.
+	// server, with End's arguments: tools/perf runs itself as `perf end
+	// ARGS...`, inside the end's namespace with -veth. Run sets its
+	// environment, output and error.
 	Command func(server bool, args ...string) *exec.Cmd
 	// Network says what joins the two ends, for the report: "loopback"
 	// by default. Veth says it is a veth pair between two namespaces,
@@ -86,8 +90,8 @@ type Config struct {
 	// Timeout bounds each process pair; 0 means 3 minutes.
 	Timeout time.Duration
 	// LineProbe measures a cache line's round trip between two CPUs
-	// before and after each round (nil: 50 ms of lineRoundTrip; it returns
-	// 0 where it cannot tell).
+	// before and after each round (nil: 50 ms of cpus.LineRoundTrip; it
+	// returns 0 where it cannot tell).
 	LineProbe func() time.Duration
 }
 
@@ -157,7 +161,7 @@ func (t *Round) line(cfg Config) string {
 	return b.String()
 }
 
-// targetRun is one Targets call's state.
+// targetRun is one Run call's state.
 type targetRun struct {
 	cfg               Config
 	goroceEnv, tcpEnv []string
@@ -264,9 +268,9 @@ func (r *targetRun) measure(i int, t *Round) (*Round, error) {
 		return nil, err
 	}
 	// Each QP count against a run of one QP next to it, which goes first
-	// in every other round: the machine's speed drifts within seconds here
-	// (1.5x and more), and the round's first run of one QP, the stream
-	// target's, was taken up to ten seconds before the 1024 QPs' run.
+	// in every other round: a shared machine's speed drifts within
+	// seconds, and the round's first run of one QP, the stream target's,
+	// runs many seconds before the largest count's.
 	qps := func(q int) (float64, error) {
 		out, _, err := r.tool("ib_write_bw", "-s", size, "-q", strconv.Itoa(q), "-n", strconv.Itoa(max(cfg.Iters/q, 1)))
 		if err != nil {

@@ -186,7 +186,7 @@ func TestEndEnv(t *testing.T) {
 	}
 }
 
-// TestTargetsOrder runs Targets on fake ends, shell commands that print
+// TestTargetsOrder runs Run on fake ends, shell commands that print
 // what the real ones print, and checks what only the run's order shows:
 // in the first round goroce's end of each pair that TCP is measured
 // against starts first, in the second TCP's, the 64-byte run follows, and

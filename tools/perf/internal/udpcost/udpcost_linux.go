@@ -3,10 +3,9 @@
 // Package udpcost measures what the kernel's UDP path costs a sender on
 // this machine: the sending thread's CPU time per datagram and per GiB,
 // sending over loopback (127.0.0.2 to 127.0.0.1) to a reader that spins on
-// its socket, with nothing of RDMA on top. It is the bare program behind
-// the thirteenth and fourteenth rounds of docs/perf/HISTORY.md: on a
-// machine whose kernel charges microseconds per datagram, the number of
-// datagrams, not of bytes, decides what goroce's UDP path can move.
+// its socket, with nothing of RDMA on top: on a machine whose kernel
+// charges microseconds per datagram, the number of datagrams, not of
+// bytes, decides what goroce's UDP path can move.
 //
 //	go run ./tools/perf udpcost -size 1024                  # plain 1 KiB datagrams, 16 per sendmmsg
 //	go run ./tools/perf udpcost -size 1024 -connect         # the same from a connected socket

@@ -1,15 +1,16 @@
 // Package udpping measures the kernel's floor under goroce's 2-byte
 // latency: two ends ping-pong the datagram that carries an ib_write_lat
 // message on the wire, with nothing of RDMA on top. By default that is
-// goroce's own shape (docs/perf/HISTORY.md, thirtieth round): a 36-byte
-// WRITE and the 20-byte ACK riding with it as two UDP_SEGMENT segments of
-// one 56-byte datagram, sent by send(2) from a socket connected to the
-// peer whose UDP_SEGMENT option is set, read by a spinning non-blocking
-// recvmmsg(2) of one message, with UDP_GRO on, as goroce's busy poll
-// reads. What goroce takes beyond this figure is its own work.
+// goroce's own shape: a 36-byte WRITE and the 20-byte ACK riding with it
+// as two UDP_SEGMENT segments of one 56-byte datagram, sent by send(2)
+// from a socket connected to the peer whose UDP_SEGMENT option is set,
+// read by a spinning non-blocking recvmmsg(2) of one message, with
+// UDP_GRO on, as goroce's busy poll reads. What goroce takes beyond this
+// figure is its own work.
 //
-// goroce bench -targets times it beside goroce and TCP (bench.End's
-// udp-echo and udp-ping), and test/perf/udppingpong runs it alone.
+// `go run ./tools/perf targets` times it beside goroce and TCP (the
+// udp-echo and udp-ping ends of targets.End), and `go run ./tools/perf
+// floor` runs it alone.
 package udpping
 
 import (
