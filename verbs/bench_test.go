@@ -81,8 +81,7 @@ func BenchmarkPingPong(b *testing.B) {
 // it by the time it returns), the peer's answer, and the poll that finds
 // it with the first WRITE's completion. Nothing waits and nothing is
 // handed between goroutines, so ns/op is the round trip's work alone, and
-// a CPU profile of it is the latency path's (docs/perf/HISTORY.md,
-// seventeenth round). Over UDP loopback (udp) that is the software and
+// a CPU profile of it is the latency path's. Over UDP loopback (udp) that is the software and
 // four system calls; over the in-memory link (mem) goroce's own work with
 // none, the link's channel operations aside; over the same-host path
 // (samehost) its rings. The WRs are built once, as perftest builds them:

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goroce/goroce/internal/device"
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/fault"
 	"github.com/goroce/goroce/internal/memory"
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/ntcopy"
@@ -74,7 +75,7 @@ type Config struct {
 	Link link.Link
 }
 
-// Device limits (rxe's, REFERENCE.md §1.2, within what goroce implements).
+// Device limits: rxe's (rxe_param.h), within what goroce implements.
 const (
 	maxQP          = 1<<20 - 16
 	maxQPWR        = 1 << 16
@@ -283,7 +284,7 @@ func Open(cfg Config) (*Device, error) {
 	} else {
 		d.stats = stats.New() // counters still work, only `goroce stats` cannot see them
 	}
-	fault, err := link.ParseFault(cfg.Fault)
+	faults, err := fault.Parse(cfg.Fault)
 	if err != nil {
 		d.closeEarly()
 		return nil, fmt.Errorf("verbs: Config.Fault: %w", err)
@@ -293,7 +294,7 @@ func Open(cfg Config) (*Device, error) {
 		return nil, errors.New("verbs: Config.Fault applies to the UDP socket; with Config.Link, build the fault into the link")
 	}
 	d.eng, err = device.Open(device.Config{
-		Addr: d.local, Link: cfg.Link, Fault: fault, NetNS: ns,
+		Addr: d.local, Link: cfg.Link, Fault: faults, NetNS: ns,
 		SameHost:    cfg.SameHost || os.Getenv("GOROCE_SAMEHOST") == "1",
 		WholeWrites: cfg.WholeWrites || os.Getenv("GOROCE_WHOLE_WRITES") == "1",
 		Workers:     cfg.Workers, MaxQP: maxQP, Stats: d.stats,
@@ -371,20 +372,10 @@ func (d *Device) Close() error {
 	return err
 }
 
-// Counters returns the device's counters by name: rxe's hw_counters
-// (sent_pkts, rcvd_pkts, duplicate_request, out_of_seq_request,
-// rcvd_rnr_err, send_rnr_err, rcvd_seq_err, ack_deferred,
-// retry_exceeded_err, retry_rnr_exceeded_err, completer_retry_err,
-// send_err, link_downed, rdma_sends, rdma_recvs) and sent_bytes,
-// rcvd_bytes, icrc_errors, malformed, socket_drops, what fault injection
-// did (fault_dropped, fault_duplicated, fault_reordered, fault_corrupted,
-// fault_delayed, fault_ce_marked) and what the same-host path carried
-// (samehost_pkts, samehost_drops), RDMA WRITEs placed around the cache
-// (cold_writes), messages whose cold source was asked for ahead
-// (cold_sources), and the per-QP UDP sockets (connected_ports,
-// unconnected_ports, ipv4_id_recoveries, flow_sockets, flow_datagrams,
-// lone_sends, segment_options). `goroce stats` shows the same numbers
-// from another process.
+// Counters returns the device's counters by name: rxe's fifteen
+// hw_counters (sent_pkts … rdma_recvs), then goroce's own, which
+// docs/VERBS.md lists with what each counts. `goroce stats` shows the
+// same numbers from another process.
 func (d *Device) Counters() map[string]uint64 {
 	d.eng.UpdateLinkCounters()
 	return d.stats.Snapshot().Map()

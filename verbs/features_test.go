@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/memlink"
 	"github.com/goroce/goroce/internal/transport"
 )
 
@@ -392,7 +392,7 @@ func TestLargeMessages(t *testing.T) {
 // computes and checks the IPv6 ICRC) use their address as a GID.
 func TestIPv6(t *testing.T) {
 	a6, b6 := netip.MustParseAddrPort("[fd00::1]:4791"), netip.MustParseAddrPort("[fd00::2]:4791")
-	la, lb := link.NewMemPair(a6, b6)
+	la, lb := memlink.NewPair(a6, b6)
 	da, db := openPair(t, Config{Addr: a6.Addr(), Link: la, MTU: 1500}, Config{Addr: b6.Addr(), Link: lb, MTU: 1500})
 	if g := da.GIDs(); len(g) != 2 || g[0].String()[:6] != "fe80::" || g[1].String() != "fd00::1" || da.GIDIndex() != 1 {
 		t.Errorf("GID table %v, index %d", g, da.GIDIndex())

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/memlink"
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/internal/stats"
 )
 
 // TestNetNS opens two devices in two network namespaces joined by a veth
@@ -71,13 +72,13 @@ func TestNetNS(t *testing.T) {
 	}
 	for _, d := range []*Device{da, db} {
 		st := d.eng.Link().Stats()
-		if st.PortFallbacks != 0 {
-			t.Errorf("%s: %d packets left from the link's own port: a per-QP socket could not be made in the namespace", d.Name(), st.PortFallbacks)
+		if st[stats.PortFallbacks] != 0 {
+			t.Errorf("%s: %d packets left from the link's own port: a per-QP socket could not be made in the namespace", d.Name(), st[stats.PortFallbacks])
 		}
 		// The probe socket that learns their ID counters works in
 		// the namespace too.
-		if st.ConnectedPorts != 4 || st.UnconnectedPorts != 0 {
-			t.Errorf("%s: ConnectedPorts, UnconnectedPorts = %d, %d; want 4, 0", d.Name(), st.ConnectedPorts, st.UnconnectedPorts)
+		if st[stats.ConnectedPorts] != 4 || st[stats.UnconnectedPorts] != 0 {
+			t.Errorf("%s: ConnectedPorts, UnconnectedPorts = %d, %d; want 4, 0", d.Name(), st[stats.ConnectedPorts], st[stats.UnconnectedPorts])
 		}
 	}
 }
@@ -85,7 +86,7 @@ func TestNetNS(t *testing.T) {
 // TestNetNSRejects names Config.NetNS when it cannot be used.
 func TestNetNSRejects(t *testing.T) {
 	addr := netip.MustParseAddr("127.0.1.250")
-	mem, _ := link.NewMemPair(netip.AddrPortFrom(addr, 4791), netip.MustParseAddrPort("127.0.1.251:4791"))
+	mem, _ := memlink.NewPair(netip.AddrPortFrom(addr, 4791), netip.MustParseAddrPort("127.0.1.251:4791"))
 	for _, c := range []struct {
 		cfg  Config
 		want string

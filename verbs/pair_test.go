@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/fault"
+	"github.com/goroce/goroce/internal/link/memlink"
+	"github.com/goroce/goroce/internal/stats"
 )
 
 // endpoint is one side of a connected RC pair used by the tests.
@@ -28,8 +31,26 @@ type endpoint struct {
 func newDevices(t testing.TB) (*Device, *Device) {
 	t.Helper()
 	a, b := netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791")
-	la, lb := link.NewMemPair(a, b)
+	la, lb := memlink.NewPair(a, b)
 	return openPair(t, Config{Addr: a.Addr(), Link: la, MTU: 9000}, Config{Addr: b.Addr(), Link: lb, MTU: 9000})
+}
+
+// faultyPair returns a memory pair with fault stages in front of its ends:
+// ab is what the first does wrong to the packets it sends, ba the second.
+func faultyPair(t testing.TB, a, b netip.AddrPort, ab, ba fault.Config) (link.Link, link.Link) {
+	t.Helper()
+	ma, mb := memlink.NewPair(a, b)
+	wrap := func(l *memlink.Link, c fault.Config) link.Link {
+		if !c.Active() {
+			return l
+		}
+		w, err := fault.Wrap(l, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	return wrap(ma, ab), wrap(mb, ba)
 }
 
 // udpHost hands out loopback addresses to this package's tests; other
@@ -410,7 +431,7 @@ func TestPingPongLoneSends(t *testing.T) {
 }
 
 // TestModifyConnectsPort: moving an RC QP to RTR over UDP connects its
-// source port's socket to the peer (link.PortConnector) before the QP
+// source port's socket to the peer (link.CapConnectPort) before the QP
 // sends anything, so that the first packets do not pay for the socket,
 // connect(2) and the ID probes, and opens the link's flow socket for the
 // connection, through which its packets then arrive; the QPs move data
@@ -420,8 +441,8 @@ func TestModifyConnectsPort(t *testing.T) {
 	a, b := newEndpoint(t, da, 8192), newEndpoint(t, db, 8192)
 	connect(t, a, b, MTU4096)
 	for _, d := range []*Device{da, db} {
-		if st := d.eng.Link().Stats(); st.ConnectedPorts != 1 || st.SentPackets != 0 {
-			t.Errorf("%s after modify_qp: ConnectedPorts %d, SentPackets %d; want 1, 0", d.Name(), st.ConnectedPorts, st.SentPackets)
+		if st := d.eng.Link().Stats(); st[stats.ConnectedPorts] != 1 || st[stats.LinkSentPkts] != 0 {
+			t.Errorf("%s after modify_qp: ConnectedPorts %d, SentPackets %d; want 1, 0", d.Name(), st[stats.ConnectedPorts], st[stats.LinkSentPkts])
 		}
 	}
 	fill(a.buf[:4096], 7)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/fault"
 	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -262,7 +262,7 @@ func TestPolledCountersPublished(t *testing.T) {
 	if _, err := c.Write(bad); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); db.eng.Link().Stats().ICRCErrors == 0; {
+	for deadline := time.Now().Add(5 * time.Second); db.eng.Link().Stats()[stats.ICRCErrors] == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the poller never read the damaged datagram")
 		}
@@ -299,11 +299,11 @@ func TestCloseWhilePolled(t *testing.T) {
 // once and completed.
 func TestBusyPollLossy(t *testing.T) {
 	a4, b4 := netip.MustParseAddrPort("198.18.2.1:4791"), netip.MustParseAddrPort("198.18.2.2:4791")
-	fa, err := link.ParseFault("drop=5%,dup=2%,reorder=5%,window=4,seed=31")
+	fa, err := fault.Parse("drop=5%,dup=2%,reorder=5%,window=4,seed=31")
 	must(t, err)
-	fb, err := link.ParseFault("drop=5%,dup=2%,reorder=5%,window=4,seed=32")
+	fb, err := fault.Parse("drop=5%,dup=2%,reorder=5%,window=4,seed=32")
 	must(t, err)
-	la, lb := link.NewMemPairFault(a4, b4, fa, fb)
+	la, lb := faultyPair(t, a4, b4, fa, fb)
 	da, db := openPair(t, Config{Addr: a4.Addr(), Link: la, MTU: 9000}, Config{Addr: b4.Addr(), Link: lb, MTU: 9000})
 	a, b := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
 	connect(t, a, b, MTU1024)

@@ -9,15 +9,18 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/shm"
+	"github.com/goroce/goroce/internal/link/udp"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
 
 // damagingLink is a same-host link that changes one byte of the next lent
 // packet a test picks, in the ring, as a peer process writing a wrong
 // packet would: the link leaves such packets' ICRC to the device
-// (link.ICRCDeferrer), so the device must find the damage itself.
+// (link.CapDeferICRC), so the device must find the damage itself.
 type damagingLink struct {
-	*link.UDP
+	*shm.Mux
 
 	mu      sync.Mutex
 	pick    func(wire.BTH) bool // the packet to damage; nil once done
@@ -26,7 +29,7 @@ type damagingLink struct {
 }
 
 func (l *damagingLink) ReadLent(pkts []link.Packet, wait bool) (int, error) {
-	n, err := l.UDP.ReadLent(pkts, wait)
+	n, err := l.Mux.ReadLent(pkts, wait)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range pkts[:n] {
@@ -72,9 +75,14 @@ func (l *damagingLink) damaged() (done, pending bool) {
 // with a bad ICRC).
 func TestSameHostDamagedPacket(t *testing.T) {
 	addrA, addrB := sameHostAddrs()
-	lb, err := link.ListenUDP(link.UDPConfig{Addr: netip.AddrPortFrom(addrB, defaultUDPPort), SameHost: true, DeferICRC: true})
+	ub, err := udp.Listen(udp.Config{Addr: netip.AddrPortFrom(addrB, defaultUDPPort)})
 	must(t, err)
-	dl := &damagingLink{UDP: lb}
+	lb, err := shm.New(ub, shm.Config{Dir: stats.Dir(), DeferICRC: true})
+	if err != nil {
+		ub.Close()
+		t.Fatal(err)
+	}
+	dl := &damagingLink{Mux: lb}
 	da, db := openPair(t, Config{Addr: addrA, SameHost: true}, Config{Addr: addrB, Link: dl})
 	a, b := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)
 	connect(t, a, b, MTU1024)

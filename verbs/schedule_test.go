@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/memlink"
 	"github.com/goroce/goroce/internal/transport"
 )
 
@@ -34,7 +35,7 @@ func (l *recordingLink) WriteBatch(pkts []link.Packet) (int, error) {
 // where at least pushWrite packets are queued (worker.Push).
 func TestWriteSchedule(t *testing.T) {
 	a, b := netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791")
-	la, lb := link.NewMemPair(a, b)
+	la, lb := memlink.NewPair(a, b)
 	rec := &recordingLink{Link: la}
 	da, db := openPair(t, Config{Addr: a.Addr(), Link: rec, MTU: 9000}, Config{Addr: b.Addr(), Link: lb, MTU: 9000})
 	ea, eb := newEndpoint(t, da, 1<<16), newEndpoint(t, db, 1<<16)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/fault"
 	"github.com/goroce/goroce/internal/transport"
 )
 
@@ -55,18 +55,18 @@ func TestSoak(t *testing.T) {
 	for i, p := range profiles {
 		t.Run(p.name, func(t *testing.T) {
 			spec := func(seed int) string { return strings.TrimPrefix(fmt.Sprintf("%s,seed=%d", p.fault, seed), ",") }
-			fa, err := link.ParseFault(spec(100 + i))
+			fa, err := fault.Parse(spec(100 + i))
 			must(t, err)
-			fb, err := link.ParseFault(spec(200 + i))
+			fb, err := fault.Parse(spec(200 + i))
 			must(t, err)
 			soak(t, fa, fb, p.ops, uint64(i))
 		})
 	}
 }
 
-func soak(t *testing.T, fa, fb link.FaultConfig, ops int, seed uint64) {
+func soak(t *testing.T, fa, fb fault.Config, ops int, seed uint64) {
 	a, b := netip.MustParseAddrPort("198.18.1.1:4791"), netip.MustParseAddrPort("198.18.1.2:4791")
-	la, lb := link.NewMemPairFault(a, b, fa, fb)
+	la, lb := faultyPair(t, a, b, fa, fb)
 	dc, ds := openPair(t, Config{Addr: a.Addr(), Link: la, MTU: 9000}, Config{Addr: b.Addr(), Link: lb, MTU: 9000})
 	server := newEndpoint(t, ds, soakQPs*soakRegion+soakQPs*8)
 	var pairs []*soakPair

@@ -71,8 +71,8 @@ func runStats(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout)
 		}
 		fmt.Fprintf(stdout, "%s (pid %d) port 1\n", d.Name, d.PID)
-		for k, v := range d.Counters {
-			fmt.Fprintf(stdout, "  %-24s %d\n", stats.Counter(k), v)
+		for _, c := range stats.PublishedCounters() {
+			fmt.Fprintf(stdout, "  %-24s %d\n", c, d.Counters[c])
 		}
 	}
 	return 0

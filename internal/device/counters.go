@@ -47,28 +47,16 @@ func (c *countedCQ) Push(wc transport.WC, solicited bool) {
 }
 
 // UpdateLinkCounters copies the counts the link keeps into the device's
-// counters.
+// counters: those the counter table says the link counts (stats.FromLink),
+// and icrc_errors with the deferred checks the engine found wrong.
 func (e *Engine) UpdateLinkCounters() { e.updateLinkCounters() }
 
 func (e *Engine) updateLinkCounters() {
 	ls := e.link.Stats()
-	s := e.stats
-	s.Set(stats.ICRCErrors, ls.ICRCErrors+e.deferredICRC.Load())
-	s.Set(stats.SocketDrops, ls.SocketDrops)
-	s.Set(stats.SameHostPkts, ls.SameHostSent)
-	s.Set(stats.SameHostDrops, ls.SameHostDrops)
-	s.Set(stats.ConnectedPorts, ls.ConnectedPorts)
-	s.Set(stats.UnconnectedPorts, ls.UnconnectedPorts)
-	s.Set(stats.IDRecoveries, ls.IDRecoveries)
-	s.Set(stats.FlowSockets, ls.FlowSockets)
-	s.Set(stats.FlowDatagrams, ls.FlowDatagrams)
-	s.Set(stats.LoneSends, ls.LoneSends)
-	s.Set(stats.SegmentOptions, ls.SegmentOptions)
-	f := ls.Fault
-	s.Set(stats.FaultDropped, f.Dropped+f.Overflow+f.Discarded)
-	s.Set(stats.FaultDuplicated, f.Duplicated)
-	s.Set(stats.FaultReordered, f.Reordered)
-	s.Set(stats.FaultCorrupted, f.Corrupted)
-	s.Set(stats.FaultDelayed, f.Delayed)
-	s.Set(stats.FaultCEMarked, f.CEMarked)
+	for _, c := range stats.FromLink() {
+		if c != stats.ICRCErrors {
+			e.stats.Set(c, ls[c])
+		}
+	}
+	e.stats.Set(stats.ICRCErrors, ls[stats.ICRCErrors]+e.deferredICRC.Load())
 }

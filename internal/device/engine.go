@@ -40,6 +40,9 @@ import (
 	"sync/atomic"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/fault"
+	"github.com/goroce/goroce/internal/link/shm"
+	"github.com/goroce/goroce/internal/link/udp"
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/transport"
@@ -56,9 +59,9 @@ type Config struct {
 	Link link.Link
 	// Fault is the fault injection of the UDP socket; the zero value
 	// injects nothing.
-	Fault link.FaultConfig
+	Fault fault.Config
 	// SameHost moves packets to goroce devices of this user and network
-	// namespace through shared memory (link: UDPConfig.SameHost).
+	// namespace through shared memory (link/shm). It excludes Fault.
 	SameHost bool
 	// NetNS is the network namespace of the sockets; nil: the process's.
 	NetNS *netns.NS
@@ -174,12 +177,40 @@ func Open(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// openUDP opens the device's UDP link.
+// openUDP opens the device's link: a UDP socket, with a fault stage in
+// front of it (link/fault) or the same-host path (link/shm) if asked.
 func openUDP(cfg Config) (link.Link, error) {
-	// With the same-host path the transport checks a ring packet's ICRC
-	// while it places the payload (wire.Packet.CopyPayload), and all
-	// others before it acts on them.
-	return link.ListenUDP(link.UDPConfig{Addr: cfg.Addr, Fault: cfg.Fault, SameHost: cfg.SameHost, DeferICRC: cfg.SameHost, NetNS: cfg.NetNS})
+	faulty := cfg.Fault.Active()
+	if faulty && cfg.SameHost {
+		return nil, errors.New("the same-host path and fault injection exclude each other (faults simulate a network)")
+	}
+	if err := cfg.Fault.Validate(); err != nil {
+		return nil, err
+	}
+	u, err := udp.Listen(udp.Config{Addr: cfg.Addr, PlainSend: faulty, NetNS: cfg.NetNS})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case faulty:
+		l, err := fault.Wrap(u, cfg.Fault)
+		if err != nil {
+			u.Close()
+			return nil, err
+		}
+		return l, nil
+	case cfg.SameHost:
+		// The transport checks a ring packet's ICRC while it places the
+		// payload (wire.Packet.CopyPayload), and all others before it
+		// acts on them.
+		m, err := shm.New(u, shm.Config{Dir: stats.Dir(), NetNS: cfg.NetNS, DeferICRC: true})
+		if err != nil {
+			u.Close()
+			return nil, err
+		}
+		return m, nil
+	}
+	return u, nil
 }
 
 // Link returns the engine's link.

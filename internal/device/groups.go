@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/udp"
 )
 
 // Multicast groups (IBA 10.5; rxe_mcast.c).
@@ -15,7 +16,7 @@ import (
 // datagram is a UD packet to that address with destination QPN 0xFFFFFF.
 // Every goroce device of a host receives a group's packets on a socket of
 // its own, bound to (group, port) and a member of the group on the
-// interface that holds the device's address (link: UDPConfig.Interface):
+// interface that holds the device's address (link/udp: Config.Interface):
 // the kernel gives each such socket its own copy of each datagram. The
 // engine opens that link when the device joins the group (its first QP
 // attaches) and closes it when the device leaves (its last QP detaches),
@@ -50,7 +51,7 @@ func (e *Engine) JoinGroup(addr netip.Addr) (*Group, error) {
 	if e.cfg.Link != nil {
 		return nil, ErrNoMulticast
 	}
-	l, err := link.ListenUDP(link.UDPConfig{Addr: netip.AddrPortFrom(addr, e.cfg.Addr.Port()),
+	l, err := udp.Listen(udp.Config{Addr: netip.AddrPortFrom(addr, e.cfg.Addr.Port()),
 		Interface: e.cfg.Addr.Addr(), NetNS: e.cfg.NetNS})
 	if err != nil {
 		return nil, err

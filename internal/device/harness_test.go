@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/memlink"
 	"github.com/goroce/goroce/internal/memory"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
@@ -74,7 +75,7 @@ func newEngines(t testing.TB, kind string) (*Engine, *Engine) {
 	switch kind {
 	case "mem":
 		a, b := netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791")
-		la, lb := link.NewMemPair(a, b)
+		la, lb := memlink.NewPair(a, b)
 		ca, cb = Config{Addr: a, Link: la}, Config{Addr: b, Link: lb}
 	case "udp":
 		n := udpHost.Add(2)

@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/memlink"
 	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/stats"
 )
@@ -109,7 +109,7 @@ func TestTakeBack(t *testing.T) {
 // after the last poll of a poller that went away without ending.
 func TestParkWhilePolled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		la, _ := link.NewMemPair(netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791"))
+		la, _ := memlink.NewPair(netip.MustParseAddrPort("198.18.0.1:4791"), netip.MustParseAddrPort("198.18.0.2:4791"))
 		e := &Engine{link: la, stats: stats.New(), closing: make(chan struct{})}
 		e.poll.init()
 		for _, end := range []string{"EndPoll", "gone"} {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/getopt"
-	"github.com/goroce/goroce/internal/link"
+	"github.com/goroce/goroce/internal/link/fault"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -36,7 +36,7 @@ type options struct {
 	newSend  bool         // -N
 	ccUnprot bool         // -U
 	timeout  time.Duration
-	fault    string // --fault: verbs.Config.Fault, checked by link.ParseFault
+	fault    string // --fault: verbs.Config.Fault, checked by fault.Parse
 	server   string // the positional host: set on the client, empty on the server
 
 	// printCounters, from GOROCE_PRINT_COUNTERS=1 in the environment,
@@ -187,7 +187,7 @@ func (o *options) set(x getopt.Opt) error {
 	case "fault":
 		// Checked here so that a typo fails before a server waits for
 		// its client; the device parses it again.
-		if _, err = link.ParseFault(x.Arg); err != nil {
+		if _, err = fault.Parse(x.Arg); err != nil {
 			err = fmt.Errorf("%w: %s: %w", errUsage, x.Name, err)
 		}
 		o.fault = x.Arg

@@ -13,60 +13,174 @@ import (
 // Counter names one counter.
 type Counter int
 
-// The counters. The first fifteen are rxe's, in rxe's order.
+// Source says who counts a counter.
+type Source uint8
+
 const (
-	SentPkts            Counter = iota // packets sent
-	RcvdPkts                           // packets received and accepted (ICRC correct, well formed, for a QP)
-	DuplicateRequest                   // requests the responder had already executed
-	OutOfSeqRequest                    // requests beyond the expected PSN
-	RcvdRNRErr                         // RNR NAKs received
-	SendRNRErr                         // RNR NAKs sent
-	RcvdSeqErr                         // PSN sequence error NAKs received
-	AckDeferred                        // ACKs not sent because a later one covered them
-	RetryExceededErr                   // WQEs failed with RETRY_EXC_ERR
-	RetryRNRExceededErr                // WQEs failed with RNR_RETRY_EXC_ERR
-	CompleterRetryErr                  // retransmissions after a timeout or sequence NAK
-	SendErr                            // packets the socket refused
-	LinkDowned                         // always 0: a UDP path has no link state
-	RDMASends                          // SEND work requests completed
-	RDMARecvs                          // receive work requests completed
-	SentBytes                          // UDP payload bytes sent
-	RcvdBytes                          // UDP payload bytes received and accepted
-	ICRCErrors                         // packets dropped for a bad ICRC
-	Malformed                          // packets dropped as malformed or for no QP
-	SocketDrops                        // datagrams the kernel dropped on the socket (full receive buffer)
-	FaultDropped                       // fault injection (Config.Fault): packets dropped on purpose
-	FaultDuplicated                    //   … sent twice
-	FaultReordered                     //   … held back behind later ones
-	FaultCorrupted                     //   … with a bit flipped
-	FaultDelayed                       //   … delayed
-	FaultCEMarked                      //   … marked ECN CE
-	SameHostPkts                       // packets sent to a same-host peer through shared memory (Config.SameHost)
-	SameHostDrops                      //   … dropped because the peer's ring was full
-	ColdWrites                         // RDMA WRITE messages placed with non-temporal stores (transport.Placement)
-	ColdSources                        // messages sent from a source likely out of cache, prefetched as sent (transport.Placement)
-	ConnectedPorts                     // per-QP UDP source-port sockets connected to their peer
-	UnconnectedPorts                   //   … that could not be (or whose IPv4 ID counter could not be learned)
-	IDRecoveries                       // IPv4 packets whose IP ID was not the expected one and was recovered from the ICRC
-	FlowSockets                        // UDP sockets connected to a connection's peer for its datagrams (0 or 1)
-	FlowDatagrams                      //   … and the datagrams read from them
-	LoneSends                          // UDP datagrams sent alone by sendto from a connected port socket
-	SegmentOptions                     //   … and the times a socket's UDP_SEGMENT option was set for them
+	// ByDevice counters are counted by the device's engine and
+	// transport, in the device's counters.
+	ByDevice Source = iota
+	// ByLink counters are counted by the device's link, in the link's
+	// own counters (link.Link.Stats), and copied into the device's.
+	ByLink
+)
+
+// Info describes a counter.
+type Info struct {
+	Name      string // as Linux rxe, rdma-core or `goroce stats` name it
+	Doc       string // what it counts
+	Source    Source
+	Published bool // part of Device.Counters and `goroce stats`; else kept for tests and diagnosis
+}
+
+// The counters. The first fifteen are rxe's hw_counters, in rxe's order;
+// table below says what each counts and who counts it.
+const (
+	SentPkts Counter = iota
+	RcvdPkts
+	DuplicateRequest
+	OutOfSeqRequest
+	RcvdRNRErr
+	SendRNRErr
+	RcvdSeqErr
+	AckDeferred
+	RetryExceededErr
+	RetryRNRExceededErr
+	CompleterRetryErr
+	SendErr
+	LinkDowned
+	RDMASends
+	RDMARecvs
+	SentBytes
+	RcvdBytes
+	ICRCErrors
+	Malformed
+	SocketDrops
+	FaultDropped
+	FaultDuplicated
+	FaultReordered
+	FaultCorrupted
+	FaultDelayed
+	FaultCEMarked
+	SameHostPkts
+	SameHostDrops
+	ColdWrites
+	ColdSources
+	ConnectedPorts
+	UnconnectedPorts
+	IDRecoveries
+	FlowSockets
+	FlowDatagrams
+	LoneSends
+	SegmentOptions
+
+	// What a link counts for itself, unpublished.
+	LinkSentPkts
+	LinkSentBytes
+	LinkRcvdPkts
+	LinkRcvdBytes
+	LinkMalformed
+	LinkOversized
+	LinkSendErrors
+	PortFallbacks
+	FaultSeen
+	FaultDropChance
+	FaultRuleHits
+	FaultOverflow
+	FaultDiscarded
+
 	NumCounters
 )
 
-var names = [NumCounters]string{
-	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err",
-	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err", "retry_rnr_exceeded_err",
-	"completer_retry_err", "send_err", "link_downed", "rdma_sends", "rdma_recvs",
-	"sent_bytes", "rcvd_bytes", "icrc_errors", "malformed", "socket_drops",
-	"fault_dropped", "fault_duplicated", "fault_reordered", "fault_corrupted", "fault_delayed", "fault_ce_marked",
-	"samehost_pkts", "samehost_drops", "cold_writes", "cold_sources",
-	"connected_ports", "unconnected_ports", "ipv4_id_recoveries",
-	"flow_sockets", "flow_datagrams", "lone_sends", "segment_options",
+// table is every counter's description: the one place a counter is
+// defined. Names, the published set and what the device copies from its
+// link all derive from it.
+var table = [NumCounters]Info{
+	SentPkts:            {"sent_pkts", "packets sent", ByDevice, true},
+	RcvdPkts:            {"rcvd_pkts", "packets received and accepted (ICRC correct, well formed, for a QP)", ByDevice, true},
+	DuplicateRequest:    {"duplicate_request", "requests the responder had already executed", ByDevice, true},
+	OutOfSeqRequest:     {"out_of_seq_request", "requests beyond the expected PSN", ByDevice, true},
+	RcvdRNRErr:          {"rcvd_rnr_err", "RNR NAKs received", ByDevice, true},
+	SendRNRErr:          {"send_rnr_err", "RNR NAKs sent", ByDevice, true},
+	RcvdSeqErr:          {"rcvd_seq_err", "PSN sequence error NAKs received", ByDevice, true},
+	AckDeferred:         {"ack_deferred", "ACKs not sent because a later one covered them", ByDevice, true},
+	RetryExceededErr:    {"retry_exceeded_err", "WQEs failed with RETRY_EXC_ERR", ByDevice, true},
+	RetryRNRExceededErr: {"retry_rnr_exceeded_err", "WQEs failed with RNR_RETRY_EXC_ERR", ByDevice, true},
+	CompleterRetryErr:   {"completer_retry_err", "retransmissions after a timeout or sequence NAK", ByDevice, true},
+	SendErr:             {"send_err", "packets the link refused", ByDevice, true},
+	LinkDowned:          {"link_downed", "always 0: a UDP path has no link state", ByDevice, true},
+	RDMASends:           {"rdma_sends", "SEND work requests completed", ByDevice, true},
+	RDMARecvs:           {"rdma_recvs", "receive work requests completed", ByDevice, true},
+	SentBytes:           {"sent_bytes", "UDP payload bytes sent", ByDevice, true},
+	RcvdBytes:           {"rcvd_bytes", "UDP payload bytes received and accepted", ByDevice, true},
+	ICRCErrors:          {"icrc_errors", "packets dropped for a bad ICRC", ByLink, true},
+	Malformed:           {"malformed", "packets dropped as malformed or for no QP", ByDevice, true},
+	SocketDrops:         {"socket_drops", "datagrams the kernel dropped on the link's sockets (a full receive buffer)", ByLink, true},
+	FaultDropped:        {"fault_dropped", "fault injection: packets that never reached the network (dropped on purpose, or lost from the stage's holds)", ByLink, true},
+	FaultDuplicated:     {"fault_duplicated", "fault injection: packets sent twice", ByLink, true},
+	FaultReordered:      {"fault_reordered", "fault injection: packets held back behind later ones", ByLink, true},
+	FaultCorrupted:      {"fault_corrupted", "fault injection: packets sent with a bit flipped, duplicates included", ByLink, true},
+	FaultDelayed:        {"fault_delayed", "fault injection: packets delayed", ByLink, true},
+	FaultCEMarked:       {"fault_ce_marked", "fault injection: packets marked ECN CE, duplicates included", ByLink, true},
+	SameHostPkts:        {"samehost_pkts", "packets sent to a same-host peer through shared memory", ByLink, true},
+	SameHostDrops:       {"samehost_drops", "same-host packets dropped because the peer's ring was full", ByLink, true},
+	ColdWrites:          {"cold_writes", "RDMA WRITE messages placed with non-temporal stores", ByDevice, true},
+	ColdSources:         {"cold_sources", "messages sent from a source likely out of cache, prefetched as sent", ByDevice, true},
+	ConnectedPorts:      {"connected_ports", "per-QP UDP source-port sockets connected to their peer", ByLink, true},
+	UnconnectedPorts:    {"unconnected_ports", "per-QP UDP source-port sockets that could not be connected or whose IPv4 ID counter could not be learned", ByLink, true},
+	IDRecoveries:        {"ipv4_id_recoveries", "IPv4 packets whose IP ID was not the expected one and was recovered from the ICRC", ByLink, true},
+	FlowSockets:         {"flow_sockets", "UDP sockets connected to a connection's peer for its datagrams (0 or 1)", ByLink, true},
+	FlowDatagrams:       {"flow_datagrams", "datagrams read from the flow socket", ByLink, true},
+	LoneSends:           {"lone_sends", "UDP datagrams sent alone by sendto from a connected port socket", ByLink, true},
+	SegmentOptions:      {"segment_options", "times a port socket's UDP_SEGMENT option was set for lone sends", ByLink, true},
+
+	LinkSentPkts:    {"link_sent_pkts", "packets the link accepted for sending", ByLink, false},
+	LinkSentBytes:   {"link_sent_bytes", "bytes of the packets the link accepted for sending", ByLink, false},
+	LinkRcvdPkts:    {"link_rcvd_pkts", "packets the link returned from its reads", ByLink, false},
+	LinkRcvdBytes:   {"link_rcvd_bytes", "bytes of the packets the link returned from its reads", ByLink, false},
+	LinkMalformed:   {"link_malformed", "received datagrams shorter than BTH+ICRC, or from another address family", ByLink, false},
+	LinkOversized:   {"link_oversized", "received datagrams longer than the read buffer", ByLink, false},
+	LinkSendErrors:  {"link_send_errors", "writes that stopped on an error", ByLink, false},
+	PortFallbacks:   {"port_fallbacks", "packets sent from the link's own port because no socket could be had for theirs", ByLink, false},
+	FaultSeen:       {"fault_seen", "fault injection: packets that entered the stage", ByLink, false},
+	FaultDropChance: {"fault_drop_chance", "fault injection: packets dropped by chance or by a rule", ByLink, false},
+	FaultRuleHits:   {"fault_rule_hits", "fault injection: packets a rule acted on", ByLink, false},
+	FaultOverflow:   {"fault_overflow", "fault injection: packets dropped because the stage held its limit", ByLink, false},
+	FaultDiscarded:  {"fault_discarded", "fault injection: held packets lost to Close or to a failed send", ByLink, false},
 }
 
-func (c Counter) String() string { return names[c] }
+// Info returns what counter c counts and who counts it.
+func (c Counter) Info() Info { return table[c] }
+
+func (c Counter) String() string { return table[c].Name }
+
+// All returns every counter in order.
+func All() []Counter {
+	cs := make([]Counter, NumCounters)
+	for i := range cs {
+		cs[i] = Counter(i)
+	}
+	return cs
+}
+
+// published and fromLink are derived from table.
+var published, fromLink = func() (p, l []Counter) {
+	for c := range NumCounters {
+		if table[c].Published {
+			p = append(p, c)
+			if table[c].Source == ByLink {
+				l = append(l, c)
+			}
+		}
+	}
+	return p, l
+}()
+
+// PublishedCounters returns the counters a device publishes, in order.
+func PublishedCounters() []Counter { return published }
+
+// FromLink returns the published counters a device copies from its link.
+func FromLink() []Counter { return fromLink }
 
 // Counters is a set of counters that any goroutine may increment. The zero
 // value is not usable; make one with New or Publish.
@@ -120,11 +234,11 @@ func (c *Counters) Snapshot() Snapshot {
 	return s
 }
 
-// Map returns the snapshot as name → value.
+// Map returns the snapshot's published counters as name → value.
 func (s Snapshot) Map() map[string]uint64 {
-	m := make(map[string]uint64, NumCounters)
-	for i, v := range s {
-		m[names[i]] = v
+	m := make(map[string]uint64, len(published))
+	for _, c := range published {
+		m[table[c].Name] = s[c]
 	}
 	return m
 }

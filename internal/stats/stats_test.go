@@ -104,3 +104,30 @@ func TestListShortFile(t *testing.T) {
 		t.Fatalf("List = %+v, want only the published device", devs)
 	}
 }
+
+// TestTable: every counter has a unique name, a description, and the
+// published ones come first, rxe's fifteen at their head.
+func TestTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range All() {
+		in := c.Info()
+		if in.Name == "" || in.Doc == "" || seen[in.Name] {
+			t.Errorf("counter %d: name %q (repeated: %v), doc %q", c, in.Name, seen[in.Name], in.Doc)
+		}
+		seen[in.Name] = true
+	}
+	for i, c := range PublishedCounters() {
+		if c != Counter(i) {
+			t.Fatalf("published counter %d is %v: unpublished ones must come after the published", i, c)
+		}
+	}
+	m := Snapshot{}.Map()
+	if len(m) != len(PublishedCounters()) || m["link_sent_pkts"] != 0 {
+		t.Errorf("Map has %d names, want the %d published", len(m), len(PublishedCounters()))
+	}
+	for _, c := range FromLink() {
+		if in := c.Info(); in.Source != ByLink || !in.Published {
+			t.Errorf("%v copied from the link: %+v", c, in)
+		}
+	}
+}
