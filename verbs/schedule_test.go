@@ -9,6 +9,7 @@ import (
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/link/memlink"
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/transport"
 )
 
@@ -91,9 +92,9 @@ func TestWriteSchedule(t *testing.T) {
 func acked(t *testing.T, e *endpoint) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
-		var d int64
+		var d monotime.Time
 		e.qp.e.Call(func(t *transport.QP) { d = t.Deadline() })
-		if d == 0 {
+		if d.IsZero() {
 			settle(e.dev)
 			return
 		}

@@ -109,7 +109,7 @@ func (w *worker) routineWork() {
 			w.timerSet.fired()
 			now := w.clock()
 			w.timers.expired(now, func(qp *QP) {
-				if d := monotime.Time(qp.t.Deadline()); !d.IsZero() && !now.Before(d) {
+				if d := qp.t.Deadline(); !d.IsZero() && !now.Before(d) {
 					qp.t.Timeout(w)
 				}
 				w.markDirty(qp) // Progress, then track files its next deadline
@@ -170,7 +170,7 @@ func (w *worker) clock() monotime.Time {
 // Now implements transport.Clock with the step's time (clock): the
 // transport asks only to arm or check a timer, and a step whose packets
 // arm none, as a ping-pong's WRITE and ACK do not, reads no clock.
-func (w *worker) Now() int64 { return int64(w.clock()) }
+func (w *worker) Now() monotime.Time { return w.clock() }
 
 // send queues an event for the worker goroutine; false once it stopped.
 func (w *worker) send(ev event) bool {
@@ -291,7 +291,7 @@ func (w *worker) runDirty() {
 		for i, qp := range list {
 			qp.dirty = false
 			qp.t.Progress(w) // a flush since the last read reads it again
-			w.timers.track(qp, monotime.Time(qp.t.Deadline()))
+			w.timers.track(qp, qp.t.Deadline())
 			if qp.t.Busy() {
 				w.flush()
 				w.markDirty(qp)

@@ -4,16 +4,14 @@ package stamp
 
 import (
 	"io"
-	"time"
+
+	"github.com/goroce/goroce/internal/monotime"
 )
 
 // Enabled reports whether the build takes stamps.
 const Enabled = true
 
-var (
-	epoch = time.Now()
-	rec   = recorder{clock: func() int64 { return int64(time.Since(epoch)) + 1 }}
-)
+var rec = recorder{clock: func() int64 { return int64(monotime.Now()) }}
 
 // Mark notes that the open row reached p (recorder.mark).
 func Mark(p Point) { rec.mark(p) }

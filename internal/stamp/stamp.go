@@ -1,7 +1,7 @@
 // Package stamp times the steps of a ping-pong message's way through
 // goroce, from the read that brings the peer's message to the system call
-// that sends the answer: the tool behind the latency rounds of
-// docs/PERFORMANCE.md. Built with -tags goroce_stamps, each Mark notes
+// that sends the answer, for profiling the latency path (docs/PERFORMANCE.md).
+// Built with -tags goroce_stamps, each Mark notes
 // when a step was first reached since the message was read, and Report
 // prints the median time between steps over the messages seen; without
 // the tag every function here is an empty one the compiler drops.
@@ -9,7 +9,7 @@
 // The stamps are plain globals written by whichever goroutine gets there:
 // they assume one goroutine drives the device at a time (a latency test's
 // busy poller) and are not for builds with -race. Each stamp is a clock
-// read (about 25 ns), which the intervals include.
+// read, which the intervals include.
 package stamp
 
 import (

@@ -7,6 +7,7 @@ import (
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/qpstate"
 	"github.com/goroce/goroce/internal/wire"
 )
@@ -45,7 +46,7 @@ func (e *benchEnv) Push()               {}
 // stands still.
 type stopped int64
 
-func (t stopped) Now() int64 { return int64(t) }
+func (t stopped) Now() monotime.Time { return monotime.Time(t) }
 
 // deliver parses the packets e emitted and hands them to qp.
 func (e *benchEnv) deliver(b *testing.B, qp *QP, pkt *wire.Packet, now Clock) {

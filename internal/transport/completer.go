@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
@@ -21,12 +22,12 @@ import (
 //	RNR NAK                  implicit ACK before p, wait the timer, resend from p
 //	timeout                  resend from the oldest unacknowledged PSN
 type completer struct {
-	psn        psn.PSN // oldest PSN not yet acknowledged
-	wqe        uint64  // oldest WQE not yet completed
-	retries    int     // timeouts and sequence NAKs survived since the last progress
-	rnrRetries int     // RNR NAKs survived since the last progress
-	deadline   int64   // retransmit timer, on the Clock; 0 when nothing is outstanding
-	rnrPSN     psn.PSN // PSN of the last RNR NAK, while rnrActive
+	psn        psn.PSN       // oldest PSN not yet acknowledged
+	wqe        uint64        // oldest WQE not yet completed
+	retries    int           // timeouts and sequence NAKs survived since the last progress
+	rnrRetries int           // RNR NAKs survived since the last progress
+	deadline   monotime.Time // retransmit timer, on the Clock; zero when nothing is outstanding
+	rnrPSN     psn.PSN       // PSN of the last RNR NAK, while rnrActive
 	rnrActive  bool
 }
 
@@ -40,8 +41,8 @@ func ackTimeout(t uint8) time.Duration {
 
 // armTimer starts the retransmit timer if it is not running.
 func (c *completer) armTimer(qp *QP, now Clock) {
-	if c.deadline == 0 && qp.path.Timeout != 0 {
-		c.deadline = now.Now() + int64(ackTimeout(qp.path.Timeout))
+	if c.deadline.IsZero() && qp.path.Timeout != 0 {
+		c.deadline = now.Now().Add(ackTimeout(qp.path.Timeout))
 	}
 }
 
@@ -58,10 +59,10 @@ func (c *completer) progressed(qp *QP, now Clock) {
 }
 
 // Deadline returns when Timeout must next be called, on the Clock the QP
-// is given; 0 for never.
-func (qp *QP) Deadline() int64 {
+// is given; the zero Time for never.
+func (qp *QP) Deadline() monotime.Time {
 	d := qp.comp.deadline
-	if r := qp.req.rnrUntil; r != 0 && (d == 0 || r < d) {
+	if r := qp.req.rnrUntil; !r.IsZero() && (d.IsZero() || r.Before(d)) {
 		d = r
 	}
 	return d
@@ -70,10 +71,10 @@ func (qp *QP) Deadline() int64 {
 // Timeout handles an expired retransmit or RNR timer.
 func (qp *QP) Timeout(now Clock) {
 	c := &qp.comp
-	if qp.req.rnrUntil != 0 && now.Now() >= qp.req.rnrUntil {
+	if !qp.req.rnrUntil.IsZero() && !now.Now().Before(qp.req.rnrUntil) {
 		qp.request(now)
 	}
-	if c.deadline == 0 || now.Now() < c.deadline {
+	if c.deadline.IsZero() || now.Now().Before(c.deadline) {
 		return
 	}
 	c.deadline = 0
@@ -302,7 +303,7 @@ func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now Clock) {
 		qp.comp.rnrRetries++
 	}
 	qp.rewind(qp.comp.psn) // p, or an earlier READ/atomic still unanswered
-	qp.req.rnrUntil = now.Now() + int64(wire.RNRTimeout(timer))
+	qp.req.rnrUntil = now.Now().Add(wire.RNRTimeout(timer))
 	qp.comp.deadline = 0
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
 	"github.com/goroce/goroce/internal/wire"
@@ -79,7 +80,7 @@ func (s *side) sge(off, n int) memory.SGE {
 }
 
 // Now implements Clock: the harness's fake time, counting the reads.
-func (h *harness) Now() int64 {
+func (h *harness) Now() monotime.Time {
 	h.nows++
 	return h.now
 }
@@ -87,8 +88,8 @@ func (h *harness) Now() int64 {
 type harness struct {
 	t    *testing.T
 	a, b *side
-	now  int64 // nanoseconds
-	nows int   // Now calls
+	now  monotime.Time
+	nows int // Now calls
 	// drop decides whether a packet from a (toB) or b is lost.
 	drop func(toB bool, p *wire.Packet) bool
 	// With icrc set, move gives every packet a real ICRC, lets icrc
@@ -104,7 +105,7 @@ type harness struct {
 func newHarness(t *testing.T, mtu int, edit func(pa, pb *Path)) *harness {
 	a, b := newSide(t, 0x11, 1<<20), newSide(t, 0x12, 1<<20)
 	connect(a.qp, b.qp, mtu, edit)
-	return &harness{t: t, a: a, b: b, now: int64(1000 * time.Second), drop: func(bool, *wire.Packet) bool { return false }}
+	return &harness{t: t, a: a, b: b, now: monotime.Time(1000 * time.Second), drop: func(bool, *wire.Packet) bool { return false }}
 }
 
 // connect moves QP a (QPN 0x11) and QP b (0x12) to RTS, each the other's

@@ -23,6 +23,7 @@ import (
 
 	"github.com/goroce/goroce/internal/link"
 	"github.com/goroce/goroce/internal/memory"
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
 	"github.com/goroce/goroce/internal/stats"
@@ -54,15 +55,14 @@ var (
 // that retires the last outstanding WQE, a WRITE placed, the ACK for it),
 // and reading a clock costs tens of nanoseconds, so a device passes a
 // Clock that reads its clock on the first Now of a step and answers the
-// same after that (verbs' worker).
+// same after that (internal/device's worker).
 //
-// Now is in nanoseconds on a monotonic clock whose origin is the
-// Clock's own, and never 0: the transport's deadlines are such readings
-// plus a timeout, 0 meaning no deadline (QP.Deadline). A plain integer
-// rather than a time.Time: arming a timer is an addition, checking one a
+// Now is a monotime.Time, never zero: the transport's deadlines are such
+// readings plus a timeout, the zero Time meaning no deadline
+// (QP.Deadline). Arming a timer is an addition, checking one a
 // comparison, and a request arms one on every message it sends.
 type Clock interface {
-	Now() int64
+	Now() monotime.Time
 }
 
 // Env is what a QP needs from its device. The device's worker implements it.
@@ -505,8 +505,8 @@ func (qp *QP) emitGather(h *wire.Headers, payload []byte) {
 func (qp *QP) Debug() string {
 	head, tail := qp.cfg.SQ.bounds()
 	s := fmt.Sprintf("%v req{psn %#x max %#x wqe %d off %d rdat %d rnr %v} comp{psn %#x wqe %d deadline %v retries %d/%d} resp{psn %#x msn %d nak %v q %d recv %v} sq[%d,%d)",
-		qp.state, uint32(qp.req.psn), uint32(qp.req.maxPSN), qp.req.wqe, qp.req.offset, qp.req.rdAtomicOut, qp.req.rnrUntil != 0,
-		uint32(qp.comp.psn), qp.comp.wqe, qp.comp.deadline != 0, qp.comp.retries, qp.comp.rnrRetries,
+		qp.state, uint32(qp.req.psn), uint32(qp.req.maxPSN), qp.req.wqe, qp.req.offset, qp.req.rdAtomicOut, !qp.req.rnrUntil.IsZero(),
+		uint32(qp.comp.psn), qp.comp.wqe, !qp.comp.deadline.IsZero(), qp.comp.retries, qp.comp.rnrRetries,
 		uint32(qp.resp.psn), qp.resp.msn, qp.resp.nakSent, len(qp.resp.readQ), qp.resp.haveRecv, head, tail)
 	for i := head; i != tail && i < head+4; i++ {
 		w := qp.cfg.SQ.slot(i)

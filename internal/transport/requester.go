@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/prefetch"
 	"github.com/goroce/goroce/internal/psn"
 	"github.com/goroce/goroce/internal/qpstate"
@@ -17,22 +18,22 @@ import (
 //
 // The completer rewinds it (go-back-N) after a timeout or a NAK.
 type requester struct {
-	psn         psn.PSN // PSN of the next packet
-	wqe         uint64  // index of the WQE being sent
-	offset      uint64  // bytes of that WQE already sent
-	noackPkts   int     // packets sent since the last one with AckReq
-	rdAtomicOut int     // RDMA READs and atomics sent and not completed
-	maxPSN      psn.PSN // one past the highest PSN ever sent
-	held        int     // PSNs taken from Config.Budget: those in flight and some spare
-	rnrUntil    int64   // the RNR timer, on the Clock; 0 when not waiting
-	src         reuse   // what Config.Placement keeps of the QP's sources
-	coldSrc     bool    // the message being sent comes from a source likely out of cache
+	psn         psn.PSN       // PSN of the next packet
+	wqe         uint64        // index of the WQE being sent
+	offset      uint64        // bytes of that WQE already sent
+	noackPkts   int           // packets sent since the last one with AckReq
+	rdAtomicOut int           // RDMA READs and atomics sent and not completed
+	maxPSN      psn.PSN       // one past the highest PSN ever sent
+	held        int           // PSNs taken from Config.Budget: those in flight and some spare
+	rnrUntil    monotime.Time // the RNR timer, on the Clock; zero when not waiting
+	src         reuse         // what Config.Placement keeps of the QP's sources
+	coldSrc     bool          // the message being sent comes from a source likely out of cache
 }
 
 // ready reports whether the next WQE may be sent now.
 func (r *requester) ready(qp *QP) bool {
 	_, tail := qp.cfg.SQ.bounds()
-	if r.wqe == tail || r.rnrUntil != 0 {
+	if r.wqe == tail || !r.rnrUntil.IsZero() {
 		return false
 	}
 	w := qp.cfg.SQ.slot(r.wqe)
@@ -81,8 +82,8 @@ func (r *requester) mayStart(qp *QP, w *sendWQE) bool {
 // request sends packets while the window and credits allow.
 func (qp *QP) request(now Clock) {
 	r := &qp.req
-	if r.rnrUntil != 0 {
-		if now.Now() < r.rnrUntil {
+	if !r.rnrUntil.IsZero() {
+		if now.Now().Before(r.rnrUntil) {
 			return
 		}
 		r.rnrUntil = 0

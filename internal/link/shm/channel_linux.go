@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -23,10 +22,10 @@ type shmOut struct {
 	ring     *shmRing // nil: no channel, send over UDP
 	doorbell int
 	conn     *net.UnixConn
-	tail     uint64    // the next slot to fill (the producer's own copy)
-	head     uint64    // the consumer's index as last read: slots before it are free
-	retryAt  time.Time // no channel: when to dial again
-	width    slotWidth // how much of the slots ahead send asks for
+	tail     uint64        // the next slot to fill (the producer's own copy)
+	head     uint64        // the consumer's index as last read: slots before it are free
+	retryAt  monotime.Time // no channel: when to dial again
+	width    slotWidth     // how much of the slots ahead send asks for
 }
 
 // shmIn is a channel this link receives on.
@@ -146,7 +145,7 @@ func (o *shmOut) drop() {
 	o.ring.unmap()
 	unix.Close(o.doorbell)
 	o.conn.Close()
-	*o = shmOut{peer: o.peer, retryAt: time.Now().Add(shmRetry)}
+	*o = shmOut{peer: o.peer, retryAt: monotime.Now().Add(shmRetry)}
 }
 
 // take moves the channels the listener accepted to s.in; s.readMu is held.

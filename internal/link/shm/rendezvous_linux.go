@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/netns"
 )
 
@@ -181,7 +182,7 @@ func (s *Mux) channel(peer netip.AddrPort) *shmOut {
 		o = &shmOut{peer: peer}
 		s.out[peer] = o
 		s.dial(o)
-	case o.ring == nil && time.Now().After(o.retryAt):
+	case o.ring == nil && monotime.Now().After(o.retryAt):
 		s.dial(o)
 	}
 	if o.ring == nil {
@@ -193,7 +194,7 @@ func (s *Mux) channel(peer netip.AddrPort) *shmOut {
 
 // dial opens a channel to o.peer, or sets when to try again.
 func (s *Mux) dial(o *shmOut) {
-	o.retryAt = time.Now().Add(shmRetry)
+	o.retryAt = monotime.Now().Add(shmRetry)
 	if o.peer.Addr().Unmap().Is4() != s.laddr.Addr().Is4() || o.peer == s.laddr {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/internal/monotime"
 	"github.com/goroce/goroce/internal/netns"
 )
 
@@ -154,7 +155,7 @@ var errProbe = errors.New("link: IPv4 ID counter not learned")
 // the probe socket from elsewhere passes for a probe.
 func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 	p.drain()
-	deadline := time.Now().Add(probeWait)
+	deadline := monotime.Now().Add(probeWait)
 	nonce := byte(rand.Uint32()) << 4
 	sel := func(probe int) byte { return nonce | byte(probe)<<1 | byte(probe&1|probe>>2) }
 	// sendOne sends one probe message. A send fails before the datagram
@@ -169,9 +170,9 @@ func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 				return nil
 			case icmpError(err) && tries < 4:
 				continue
-			case err == unix.EAGAIN && time.Now().Before(deadline):
+			case err == unix.EAGAIN && monotime.Now().Before(deadline):
 				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-				unix.Poll(fds, int(time.Until(deadline)/time.Millisecond)+1)
+				unix.Poll(fds, int(monotime.Until(deadline)/time.Millisecond)+1)
 				continue
 			}
 			return err
@@ -205,7 +206,7 @@ func (p *idProbe) learn(fd int, src netip.AddrPort, gso bool) (idCount, error) {
 	for seen := 0; seen < want; {
 		n, from, err := unix.Recvfrom(p.fd, p.buf[:], unix.MSG_DONTWAIT)
 		if err == unix.EAGAIN {
-			left := time.Until(deadline)
+			left := monotime.Until(deadline)
 			if left <= 0 {
 				return idCount{}, fmt.Errorf("%w: %d of %d probes arrived", errProbe, seen, want)
 			}
