@@ -24,7 +24,7 @@ const (
 	ceilingSegment = 4096 + 12 + 4 // a WRITE_MIDDLE packet at MTU 4096: payload, BTH, ICRC
 	ceilingSegs    = 15            // as many as fit in one 65,507-byte UDP_SEGMENT super-packet
 	ceilingBuf     = 4 << 20       // socket buffers, as goroce's link asks for
-	ceilingWindow  = 1 << 20       // bytes sent and not yet received
+	ceilingWindow  = 1 << 20       // bytes sent and not yet received (docs/design/tuning.md#ceiling-window)
 )
 
 // udpCeiling sends at least n bytes from cfg.Client to cfg.Server as runs

@@ -16,7 +16,8 @@ import (
 // is named by Print as run with the vCPUs far apart. CPUs of one socket
 // take well under farLineNs on today's machines; a host that moves two
 // vCPUs apart multiplies it several times. The gap keeps one unusually
-// quick reading from making the ordinary ones far.
+// quick reading from making the ordinary ones far
+// (docs/design/tuning.md#far-vcpus).
 const (
 	farLine      = 2
 	farLineGapNs = 100
