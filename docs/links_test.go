@@ -171,3 +171,62 @@ func TestCodeNamesDocs(t *testing.T) {
 		t.Errorf("only %d documents named in the code: is the walk finding the Go files?", named)
 	}
 }
+
+// TestLayoutMatchesTree: the README's layout block names every package
+// directory of the repository, and every directory it names exists.
+func TestLayoutMatchesTree(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i := strings.Index(s, "## Layout")
+	if i < 0 {
+		t.Fatal("README.md has no Layout section")
+	}
+	block := s[i:]
+	if a := strings.Index(block, "```\n"); a >= 0 {
+		block = block[a+4:]
+		if b := strings.Index(block, "```"); b >= 0 {
+			block = block[:b]
+		}
+	}
+	named := map[string]bool{}
+	for _, line := range strings.Split(block, "\n") {
+		for _, f := range strings.Fields(line) {
+			f = strings.TrimSuffix(strings.TrimSuffix(f, ","), "/")
+			if strings.Contains(f, "/") || f == "verbs" || f == "docs" {
+				named[f] = true
+			} else {
+				break // the description begins
+			}
+		}
+	}
+	for d := range named {
+		if strings.Contains(d, "*") {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(root, d)); err != nil || !fi.IsDir() {
+			t.Errorf("README.md's layout names %s/, which is not a directory", d)
+		}
+	}
+	err = fs.WalkDir(os.DirFS(root), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if p != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return fs.SkipDir
+		}
+		if strings.HasPrefix(p, "tools/perf/") || strings.HasPrefix(p, "cmd/ib_") {
+			return nil // named by their parent or a pattern
+		}
+		gos, _ := filepath.Glob(filepath.Join(root, p, "*.go"))
+		if len(gos) > 0 && p != "." && !named[p] {
+			t.Errorf("README.md's layout does not name %s/", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
