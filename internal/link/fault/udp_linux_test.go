@@ -2,8 +2,6 @@ package fault
 
 import (
 	"bytes"
-	"net"
-	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -23,7 +21,7 @@ func udpFaultPair(t testing.TB, ipA, ipB, spec string) (a *Link, b *udp.Link) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ua, err := udp.Listen(udp.Config{Addr: freePort(t, ipA), PlainSend: true})
+	ua, err := udp.Listen(udp.Config{Addr: linktest.FreePort(t, ipA), PlainSend: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,25 +29,13 @@ func udpFaultPair(t testing.TB, ipA, ipB, spec string) (a *Link, b *udp.Link) {
 		ua.Close()
 		t.Fatal(err)
 	}
-	b, err = udp.Listen(udp.Config{Addr: freePort(t, ipB), ReportCE: true}) // for TestUDPFaultCE
+	b, err = udp.Listen(udp.Config{Addr: linktest.FreePort(t, ipB), ReportCE: true}) // for TestUDPFaultCE
 	if err != nil {
 		a.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
-}
-
-// freePort returns a UDP port on ip that was free a moment ago: tests never
-// use 4791, so they run beside a real device.
-func freePort(t testing.TB, ip string) netip.AddrPort {
-	t.Helper()
-	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(ip), 0)))
-	if err != nil {
-		t.Skipf("no UDP on %s: %v", ip, err)
-	}
-	defer c.Close()
-	return link.Plain(c.LocalAddr().(*net.UDPAddr).AddrPort())
 }
 
 // collector reads from a link in the background until it is closed.

@@ -2,7 +2,6 @@ package linktest_test
 
 import (
 	"bytes"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -29,7 +28,7 @@ var pollKinds = []string{"udp", "udp/NoGSO", "samehost", "fault", "mem"}
 func pairOf(t *testing.T, kind string) (link.Link, link.Link) {
 	t.Helper()
 	open := func(ip string) link.Link {
-		addr := freePort(t, ip)
+		addr := linktest.FreePort(t, ip)
 		var l link.Link
 		var err error
 		switch kind {
@@ -72,18 +71,6 @@ func pairOf(t *testing.T, kind string) (link.Link, link.Link) {
 // kind returns pairOf for one kind, for a table of openers.
 func kind(k string) func(t *testing.T) (link.Link, link.Link) {
 	return func(t *testing.T) (link.Link, link.Link) { return pairOf(t, k) }
-}
-
-// freePort returns a UDP port on ip that was free a moment ago: tests never
-// use 4791, so they run beside a real device.
-func freePort(t testing.TB, ip string) netip.AddrPort {
-	t.Helper()
-	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(ip), 0)))
-	if err != nil {
-		t.Skipf("no UDP on %s: %v", ip, err)
-	}
-	defer c.Close()
-	return link.Plain(c.LocalAddr().(*net.UDPAddr).AddrPort())
 }
 
 // checkReceived is linktest.CheckReceived for a kind of link: a UDP link

@@ -304,3 +304,16 @@ func Stream(b *testing.B, a, r link.Link, size int) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds()/1e6, "Mpps")
 }
+
+// FreePort returns a UDP port on ip that was free a moment ago, skipping
+// the test where ip has no UDP: tests never use 4791, so they run beside a
+// real device.
+func FreePort(t testing.TB, ip string) netip.AddrPort {
+	t.Helper()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(ip), 0)))
+	if err != nil {
+		t.Skipf("no UDP on %s: %v", ip, err)
+	}
+	defer c.Close()
+	return link.Plain(c.LocalAddr().(*net.UDPAddr).AddrPort())
+}

@@ -22,12 +22,12 @@ import (
 // TestSameHostFallback: a peer without the same-host path, or on another
 // address family, is reached over UDP.
 func TestSameHostFallback(t *testing.T) {
-	a, err := listen(freePort(t, "127.0.0.1"), Config{})
+	a, err := listen(linktest.FreePort(t, "127.0.0.1"), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	c, err := udp.Listen(udp.Config{Addr: freePort(t, "127.0.0.3")})
+	c, err := udp.Listen(udp.Config{Addr: linktest.FreePort(t, "127.0.0.3")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,13 +95,13 @@ func TestSameHostUnsafeDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(dir, 0o755) // past the umask
-	_, err := listen(freePort(t, "127.0.0.1"), Config{Dir: dir})
+	_, err := listen(linktest.FreePort(t, "127.0.0.1"), Config{Dir: dir})
 	if err == nil {
 		t.Fatal("a world-readable rendezvous directory was accepted")
 	}
 	t.Log(err)
 	os.Chmod(dir, 0o700)
-	l, err := listen(freePort(t, "127.0.0.1"), Config{Dir: dir})
+	l, err := listen(linktest.FreePort(t, "127.0.0.1"), Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestSameHostUnsafeDir(t *testing.T) {
 // TestSameHostStaleSocket: a socket file left by a link that died is
 // replaced.
 func TestSameHostStaleSocket(t *testing.T) {
-	addr := freePort(t, "127.0.0.1")
+	addr := linktest.FreePort(t, "127.0.0.1")
 	dir, err := rendezvousDir(stats.Dir(), nil)
 	if err != nil {
 		t.Skip(err)

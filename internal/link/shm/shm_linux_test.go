@@ -411,7 +411,7 @@ func TestSameHostSocketPolls(t *testing.T) {
 
 	// A datagram from a link without the same-host path waits on the
 	// socket while the ring has a packet for every read.
-	c, err := udp.Listen(udp.Config{Addr: freePort(t, "127.0.0.3")})
+	c, err := udp.Listen(udp.Config{Addr: linktest.FreePort(t, "127.0.0.3")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -241,7 +241,7 @@ func TestUDPFlowSocket(t *testing.T) {
 
 			// Another source (its own port, or another link) reaches the
 			// bound socket.
-			c, err := Listen(Config{Addr: freePort(t, tc.c)})
+			c, err := Listen(Config{Addr: linktest.FreePort(t, tc.c)})
 			if err != nil {
 				t.Fatal(err)
 			}

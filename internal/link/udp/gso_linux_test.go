@@ -89,7 +89,7 @@ func TestUDPGSOWire(t *testing.T) {
 			name = "with UDP_GRO"
 		}
 		t.Run(name, func(t *testing.T) {
-			a, err := Listen(Config{Addr: freePort(t, "127.0.0.1")})
+			a, err := Listen(Config{Addr: linktest.FreePort(t, "127.0.0.1")})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,7 +4,6 @@ package udp
 
 import (
 	"errors"
-	"net"
 	"net/netip"
 	"testing"
 
@@ -22,18 +21,6 @@ func checkReceived(t testing.TB, got, sent []link.Packet, from, to netip.AddrPor
 // gsoIDs is SegmentIDs.
 func gsoIDs(pkts []link.Packet) []uint16 { return SegmentIDs(pkts) }
 
-// freePort returns a UDP port on ip that was free a moment ago: tests never
-// use 4791, so they run beside a real device.
-func freePort(t testing.TB, ip string) netip.AddrPort {
-	t.Helper()
-	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(ip), 0)))
-	if err != nil {
-		t.Skipf("no UDP on %s: %v", ip, err)
-	}
-	defer c.Close()
-	return link.Plain(c.LocalAddr().(*net.UDPAddr).AddrPort())
-}
-
 // udpPair opens two UDP links on free ports of the two IPs.
 func udpPair(t testing.TB, ipA, ipB string) (*Link, *Link) {
 	t.Helper()
@@ -43,7 +30,7 @@ func udpPair(t testing.TB, ipA, ipB string) (*Link, *Link) {
 // udpPairConfig is udpPair with cfg for both links (cfg.Addr is set here).
 func udpPairConfig(t testing.TB, ipA, ipB string, cfg Config) (*Link, *Link) {
 	t.Helper()
-	cfg.Addr = freePort(t, ipA)
+	cfg.Addr = linktest.FreePort(t, ipA)
 	a, err := Listen(cfg)
 	if errors.Is(err, errors.ErrUnsupported) {
 		t.Skip(err)
@@ -51,7 +38,7 @@ func udpPairConfig(t testing.TB, ipA, ipB string, cfg Config) (*Link, *Link) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Addr = freePort(t, ipB)
+	cfg.Addr = linktest.FreePort(t, ipB)
 	b, err := Listen(cfg)
 	if err != nil {
 		a.Close()

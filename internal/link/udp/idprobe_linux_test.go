@@ -132,7 +132,7 @@ func TestConnectedPortFallback(t *testing.T) {
 	if !a.openProbe() {
 		t.Fatal("no probe socket")
 	}
-	a.wr.probe.to.Port = int(freePort(t, "127.0.0.1").Port()) // nobody listens there
+	a.wr.probe.to.Port = int(linktest.FreePort(t, "127.0.0.1").Port()) // nobody listens there
 	a.wr.Unlock()
 	pkts := linktest.Batch(6, b.LocalAddr())
 	for i := range pkts {
@@ -180,8 +180,8 @@ func TestConnectedPortRelearnFails(t *testing.T) {
 	a.wr.Lock()
 	ps := a.ports.m[sport]
 	probePort := a.wr.probe.to.Port
-	ps.ids.known = false                                      // as a failed send leaves it
-	a.wr.probe.to.Port = int(freePort(t, "127.0.0.1").Port()) // the probes now go nowhere
+	ps.ids.known = false                                               // as a failed send leaves it
+	a.wr.probe.to.Port = int(linktest.FreePort(t, "127.0.0.1").Port()) // the probes now go nowhere
 	a.wr.Unlock()
 	for round := range 2 { // the second finds the socket unconnected for good
 		pkts = send(5)
@@ -211,7 +211,7 @@ func TestConnectedPortRelearnFails(t *testing.T) {
 func TestConnectedPortICMP(t *testing.T) {
 	linktest.CheckNoLeaks(t)
 	a, b := udpPair(t, probeA, probeB)
-	closed := freePort(t, "127.0.0.2") // nobody listens
+	closed := linktest.FreePort(t, "127.0.0.2") // nobody listens
 	sport := link.SourcePort(0x43)
 	for round := range 6 {
 		pkts := linktest.Batch(4, closed)

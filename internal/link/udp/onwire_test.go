@@ -203,7 +203,7 @@ func readPcap(path string) []capture.Datagram {
 func TestUDPRecoversIPv4ID(t *testing.T) {
 	needRoot(t)
 	linktest.CheckNoLeaks(t)
-	l, err := Listen(Config{Addr: freePort(t, "127.0.0.4")})
+	l, err := Listen(Config{Addr: linktest.FreePort(t, "127.0.0.4")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestUDPRecoversIPv4ID(t *testing.T) {
 func TestUDPAcceptsIPv6ZeroChecksum(t *testing.T) {
 	needRoot(t)
 	linktest.CheckNoLeaks(t)
-	l, err := Listen(Config{Addr: freePort(t, "::1")})
+	l, err := Listen(Config{Addr: linktest.FreePort(t, "::1")})
 	if err != nil {
 		t.Fatal(err)
 	}

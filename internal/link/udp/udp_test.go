@@ -63,7 +63,7 @@ func TestUDPDropsBadDatagrams(t *testing.T) {
 	for _, tc := range []struct{ name, ip string }{{"IPv4", "127.0.0.3"}, {"IPv6", "::1"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			linktest.CheckNoLeaks(t)
-			l, err := Listen(Config{Addr: freePort(t, tc.ip)})
+			l, err := Listen(Config{Addr: linktest.FreePort(t, tc.ip)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -299,7 +299,7 @@ func TestUDPSocketsOutsideNetpoller(t *testing.T) {
 		t.Fatal(err)
 	}
 	linktest.ReadN(t, b, 2)
-	control, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(freePort(t, "127.0.0.3")))
+	control, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(linktest.FreePort(t, "127.0.0.3")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func TestUDPReadsCE(t *testing.T) {
 // readsCE is TestUDPReadsCE for one family and one ReportCE setting.
 func readsCE(t *testing.T, addrA, addrB string, is4, report bool) {
 	linktest.CheckNoLeaks(t)
-	l, err := Listen(Config{Addr: freePort(t, addrB), ReportCE: report})
+	l, err := Listen(Config{Addr: linktest.FreePort(t, addrB), ReportCE: report})
 	if err != nil {
 		t.Fatal(err)
 	}
