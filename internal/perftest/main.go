@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/stamp"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -37,6 +38,9 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	p.asTool()
+	if os.Getenv(PrintCountersEnv) == "1" {
+		p.Counters = stderr
+	}
 	if path := os.Getenv(CPUProfileEnv); path != "" {
 		stop, err := startCPUProfile(path)
 		if err != nil {
@@ -51,6 +55,10 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// PrintCountersEnv names the environment variable that, set to 1, has a
+// tool print its device's counters on stderr when it ends (Params.Counters).
+const PrintCountersEnv = "GOROCE_PRINT_COUNTERS"
 
 // CPUProfileEnv names the environment variable that has a tool write a CPU
 // profile of its run to the file it names (runtime/pprof): the profiles
@@ -117,6 +125,9 @@ func Run(p *Params, dev *verbs.Device, out io.Writer) error {
 			return fmt.Errorf("open device: %w", err)
 		}
 		defer dev.Close()
+	}
+	if p.Counters != nil {
+		defer func() { io.WriteString(p.Counters, stats.Line(dev.Counters())) }() // before Close
 	}
 	conn := NewConn(c, p.Server != "")
 	local := dev.QueryPort().ActiveMTU

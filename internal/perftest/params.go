@@ -3,6 +3,7 @@ package perftest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -114,6 +115,12 @@ type Params struct {
 	RateLimit  float64 // --rate_limit, in RateUnits; 0: none (the software limiter, --rate_limit_type=SW)
 	RateUnits  byte    // --rate_units: 'M' MiB/s, 'g' Gb/s (default), 'p' packets/s
 	BurstSize  int     // --burst_size: WRs per burst; 0 means TxDepth
+
+	// Counters, not a perftest option, is where Run writes the device's
+	// counters when the test ends, passed or failed (stats.Line); nil
+	// writes none. Main sets it to stderr with GOROCE_PRINT_COUNTERS=1 in
+	// the environment, as rc_pingpong does.
+	Counters io.Writer
 
 	// PollBW, not a perftest option, lets a bandwidth test's waits
 	// busy-poll as a latency test's do (busySpin). Main sets it for the

@@ -51,5 +51,9 @@ Options:
 
  Other perftest options (rdma_cm, multicast, GPU memory, rate limits, …) exit with an error
  that names what goroce lacks.
+
+ Environment:
+  GOROCE_PRINT_COUNTERS=1    Print the device's counters on stderr at exit, in one line:
+                             "counters: name=value ..."
 `, t.Name(), minIter, def.Iters, defaultPort, defCQMod, def.RxDepth, def.Size, def.TxDepth, defQPTimeout)
 }

@@ -6,12 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -126,17 +124,9 @@ func pingpongMain(ctx context.Context, o *options, stdout, stderr io.Writer) err
 	return nil
 }
 
-// printCounters writes the device's counters in one line, sorted by
-// name.
+// printCounters writes the device's counters in one line (stats.Line).
 func printCounters(w io.Writer, dev *verbs.Device) {
-	c := dev.Counters()
-	var b strings.Builder
-	b.WriteString("counters:")
-	for _, name := range slices.Sorted(maps.Keys(c)) {
-		fmt.Fprintf(&b, " %s=%d", name, c[name])
-	}
-	b.WriteByte('\n')
-	io.WriteString(w, b.String())
+	io.WriteString(w, stats.Line(dev.Counters()))
 }
 
 // report formats rc_pingpong's two result lines. rc_pingpong takes the

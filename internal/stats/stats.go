@@ -6,6 +6,10 @@
 package stats
 
 import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 )
@@ -73,6 +77,7 @@ const (
 	FlowDatagrams
 	LoneSends
 	SegmentOptions
+	EarlyGoBacks
 
 	// What a link counts for itself, unpublished.
 	LinkSentPkts
@@ -133,6 +138,7 @@ var table = [NumCounters]Info{
 	FlowDatagrams:       {"flow_datagrams", "datagrams read from the flow socket", ByLink, true},
 	LoneSends:           {"lone_sends", "UDP datagrams sent alone by sendto from a connected port socket", ByLink, true},
 	SegmentOptions:      {"segment_options", "times a port socket's UDP_SEGMENT option was set for lone sends", ByLink, true},
+	EarlyGoBacks:        {"early_go_backs", "retransmissions after a silence shorter than the ACK timeout; not retries", ByDevice, true},
 
 	LinkSentPkts:    {"link_sent_pkts", "packets the link accepted for sending", ByLink, false},
 	LinkSentBytes:   {"link_sent_bytes", "bytes of the packets the link accepted for sending", ByLink, false},
@@ -241,4 +247,17 @@ func (s Snapshot) Map() map[string]uint64 {
 		m[table[c].Name] = s[c]
 	}
 	return m
+}
+
+// Line formats counters, name → value, as the tools print them at exit
+// with GOROCE_PRINT_COUNTERS=1: "counters:" and name=value pairs sorted
+// by name, on one line.
+func Line(c map[string]uint64) string {
+	var b strings.Builder
+	b.WriteString("counters:")
+	for _, name := range slices.Sorted(maps.Keys(c)) {
+		fmt.Fprintf(&b, " %s=%d", name, c[name])
+	}
+	b.WriteByte('\n')
+	return b.String()
 }
