@@ -24,9 +24,12 @@ import (
 type completer struct {
 	psn        psn.PSN       // oldest PSN not yet acknowledged
 	wqe        uint64        // oldest WQE not yet completed
-	retries    int           // timeouts and sequence NAKs survived since the last progress
+	retries    int           // go-backs without progress since the last progress
 	rnrRetries int           // RNR NAKs survived since the last progress
+	retrying   bool          // a go-back is under way: no response has moved psn since it began
 	deadline   monotime.Time // retransmit timer, on the Clock; zero when nothing is outstanding
+	early      monotime.Time // the next early go-back, on the Clock; zero for none
+	earlyN     int           // early go-backs since the timer was armed
 	rnrPSN     psn.PSN       // PSN of the last RNR NAK, while rnrActive
 	rnrActive  bool
 }
@@ -39,20 +42,65 @@ func ackTimeout(t uint8) time.Duration {
 	return time.Duration(4096<<min(t, 31)) * time.Nanosecond
 }
 
-// armTimer starts the retransmit timer if it is not running.
+// earlyDelay is how long the requester waits without a response before
+// its n-th early go-back (n from 0) since the retransmit timer was armed;
+// 0 for none. The first waits a sixteenth of the ACK timeout, at least
+// minEarly, and each one after twice as long as the one before, while
+// that stays under half the ACK timeout: four at the default timeout 14
+// (67 ms), after 4, 8, 17 and 34 ms.
+//
+// An early go-back recovers the losses that leave a requester with
+// nothing to hear: the last packets of a message, the NAK for a lost
+// packet, the resend of a lost packet, an ACK. Each of them otherwise
+// costs a whole ACK timeout, hundreds of round trips on a LAN, since IBA
+// has the responder NAK a gap only once and answer only the packets that
+// ask. It resends from the oldest unacknowledged PSN with the congestion
+// window at minCwnd, so the answer to a silence that was only a busy
+// peer is two packets; it is not a retry (the retry count and the
+// retransmit timer go on as armed, so a dead peer is found as late as
+// before) and not on the wire any different from a retransmission
+// after a timeout.
+func earlyDelay(t uint8, n int) time.Duration {
+	full := ackTimeout(t)
+	d := max(full/16, minEarly) << n
+	if d >= full/2 {
+		return 0
+	}
+	return d
+}
+
+// minEarly is the shortest wait before an early go-back: longer than the
+// round trip of any path a software RNIC's peer is on, and than the
+// scheduling delays of a busy host, mostly.
+const minEarly = 500 * time.Microsecond
+
+// armTimer starts the retransmit timer, and the early go-backs', if it is
+// not running.
 func (c *completer) armTimer(qp *QP, now Clock) {
 	if c.deadline.IsZero() && qp.path.Timeout != 0 {
-		c.deadline = now.Now().Add(ackTimeout(qp.path.Timeout))
+		t := now.Now()
+		c.deadline = t.Add(ackTimeout(qp.path.Timeout))
+		c.early, c.earlyN = 0, 0
+		if d := earlyDelay(qp.path.Timeout, 0); d > 0 {
+			c.early = t.Add(d)
+		}
 	}
 }
 
-// progressed restarts the timer after an acknowledgement moved things on.
-func (c *completer) progressed(qp *QP, now Clock) {
-	c.retries, c.rnrRetries = 0, 0
+// stopTimers stops the retransmit timer and the early go-backs'.
+func (c *completer) stopTimers() {
+	c.deadline, c.early = 0, 0
+}
+
+// progressed restarts the timer and the retry count after a response
+// moved psn on from from, and lets the congestion window grow.
+func (c *completer) progressed(qp *QP, now Clock, from psn.PSN) {
+	c.retries, c.rnrRetries, c.retrying = 0, 0, false
+	qp.req.cc.acked(c.psn.Diff(from), c.psn, qp.sendWindow())
 	if c.rnrActive && c.psn.After(c.rnrPSN) {
 		c.rnrActive = false
 	}
-	c.deadline = 0
+	c.stopTimers()
 	if qp.req.psn != c.psn {
 		c.armTimer(qp, now)
 	}
@@ -62,32 +110,62 @@ func (c *completer) progressed(qp *QP, now Clock) {
 // is given; the zero Time for never.
 func (qp *QP) Deadline() monotime.Time {
 	d := qp.comp.deadline
-	if r := qp.req.rnrUntil; !r.IsZero() && (d.IsZero() || r.Before(d)) {
-		d = r
+	for _, t := range [...]monotime.Time{qp.comp.early, qp.req.rnrUntil} {
+		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			d = t
+		}
 	}
 	return d
 }
 
-// Timeout handles an expired retransmit or RNR timer.
+// Timeout handles an expired retransmit, early go-back or RNR timer.
 func (qp *QP) Timeout(now Clock) {
 	c := &qp.comp
 	if !qp.req.rnrUntil.IsZero() && !now.Now().Before(qp.req.rnrUntil) {
 		qp.request(now)
 	}
-	if c.deadline.IsZero() || now.Now().Before(c.deadline) {
+	if c.deadline.IsZero() {
 		return
 	}
-	c.deadline = 0
+	if t := now.Now(); t.Before(c.deadline) {
+		if !c.early.IsZero() && !t.Before(c.early) {
+			c.earlyN++
+			c.early = 0
+			if d := earlyDelay(qp.path.Timeout, c.earlyN); d > 0 {
+				c.early = t.Add(d)
+			}
+			if qp.req.psn != c.psn {
+				qp.cfg.Stats.Inc(stats.EarlyGoBacks)
+				qp.goBack(now, true)
+			}
+		}
+		return
+	}
+	c.stopTimers()
 	if qp.req.psn == c.psn {
 		return // nothing outstanding
 	}
-	// IBA 9.7.6.1.3: retry_cnt retries, then RETRY_EXC_ERR.
+	// IBA 9.7.6.1.3: retry_cnt retries, then RETRY_EXC_ERR. A timeout
+	// is a whole ACK timeout without progress (progressed rearms the
+	// timer), so every one counts.
 	if c.retries >= int(qp.path.RetryCnt) {
 		qp.failOutstanding(WCRetryExcErr)
 		return
 	}
 	c.retries++
 	qp.cfg.Stats.Inc(stats.CompleterRetryErr)
+	qp.goBack(now, true)
+}
+
+// goBack resends from the oldest PSN still needed, after a silence (an
+// ACK timeout or an early go-back) or a sequence NAK; a silence cuts the
+// congestion window.
+func (qp *QP) goBack(now Clock, silence bool) {
+	c := &qp.comp
+	if silence {
+		qp.req.cc.silent(qp.req.maxPSN, qp.req.maxPSN.Diff(c.psn), qp.sendWindow())
+	}
+	c.retrying = true
 	qp.rewind(c.psn)
 	qp.request(now)
 }
@@ -150,8 +228,9 @@ func (qp *QP) ackThrough(p psn.PSN, now Clock) {
 		w.acked = true
 	}
 	if next.After(c.psn) {
+		from := c.psn
 		c.psn = next
-		c.progressed(qp, now)
+		c.progressed(qp, now, from)
 		qp.skipAcked()
 	}
 }
@@ -221,12 +300,13 @@ func (qp *QP) readResponse(p *wire.Packet, pn psn.PSN, now Clock) {
 		}
 	}
 	w.placed += n
+	from := c.psn
 	c.psn = pn.Next()
 	if last {
 		w.acked = true
 		c.psn = w.lastPSN().Next()
 	}
-	c.progressed(qp, now)
+	c.progressed(qp, now, from)
 }
 
 // atomicAck places the original value an atomic returned (IBA 9.7.5.1.3),
@@ -243,12 +323,15 @@ func (qp *QP) atomicAck(p *wire.Packet, pn psn.PSN, now Clock) {
 		return
 	}
 	w.acked = true
+	from := qp.comp.psn
 	qp.comp.psn = pn.Next()
-	qp.comp.progressed(qp, now)
+	qp.comp.progressed(qp, now, from)
 }
 
 // nak handles a NAK for PSN p (IBA 9.7.5.1.4).
 func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now Clock) {
+	c := &qp.comp
+	before := c.psn
 	qp.ackThrough(p.Add(-1), now)
 	w, ok := qp.nextUnacked(p)
 	if !ok {
@@ -257,22 +340,38 @@ func (qp *QP) nak(p psn.PSN, code wire.NAKCode, now Clock) {
 	switch code {
 	case wire.NAKPSNSeqError:
 		qp.cfg.Stats.Inc(stats.RcvdSeqErr)
-		if qp.comp.rnrActive && p == qp.comp.rnrPSN {
+		if c.rnrActive && p == c.rnrPSN {
 			// The responder dropped what followed the packet it RNR-NAKed
 			// and says so with a sequence NAK for the same PSN: nothing was
 			// lost, and the RNR retry already resends it.
 			return
 		}
-		if qp.comp.retries >= int(qp.path.RetryCnt) {
-			qp.failWQE(w, WCRetryExcErr)
+		progress := c.psn != before
+		if c.retrying && !progress {
+			// A go-back is under way and nothing has been answered since
+			// it began: this NAK was sent for a packet that went before
+			// the resend (or is a copy of one already handled), and going
+			// back again would resend what the resend is carrying. If the
+			// resend is lost too, the timer goes back (rxe: a NAK during
+			// a retry starts no other).
 			return
 		}
-		qp.comp.retries++
-		qp.cfg.Stats.Inc(stats.CompleterRetryErr)
+		// IBA 9.7.6.1.3 counts a retry for each sequence NAK; goroce
+		// counts those that bring no progress. A NAK whose implied ACK
+		// moved psn on proves the responder alive and taking packets, so
+		// a long message through a lossy path, which meets a loss every
+		// few round trips, never runs out of retries while it advances.
+		if !progress {
+			if c.retries >= int(qp.path.RetryCnt) {
+				qp.failWQE(w, WCRetryExcErr)
+				return
+			}
+			c.retries++
+		}
 		// Resend from the earliest PSN still needed: p, or an earlier READ
 		// or atomic whose response was lost.
-		qp.rewind(qp.comp.psn)
-		qp.request(now)
+		qp.cfg.Stats.Inc(stats.CompleterRetryErr)
+		qp.goBack(now, false)
 		return
 	case wire.NAKInvalidReq:
 		qp.failWQE(w, WCRemInvReqErr)
@@ -304,7 +403,7 @@ func (qp *QP) rnrNAK(p psn.PSN, timer uint8, now Clock) {
 	}
 	qp.rewind(qp.comp.psn) // p, or an earlier READ/atomic still unanswered
 	qp.req.rnrUntil = now.Now().Add(wire.RNRTimeout(timer))
-	qp.comp.deadline = 0
+	qp.comp.stopTimers()
 }
 
 // rewind makes the requester resend from PSN p (go-back-N): the WQE that
@@ -366,7 +465,7 @@ func (c *completer) normalize(qp *QP, tail uint64) {
 	if c.wqe == tail || !qp.cfg.SQ.slot(c.wqe).started {
 		if c.wqe == qp.req.wqe && c.psn != qp.req.psn {
 			c.psn = qp.req.psn
-			c.deadline = 0
+			c.stopTimers()
 		}
 		return
 	}

@@ -504,9 +504,9 @@ func (qp *QP) emitGather(h *wire.Headers, payload []byte) {
 // stuck QP (call it on the QP's worker).
 func (qp *QP) Debug() string {
 	head, tail := qp.cfg.SQ.bounds()
-	s := fmt.Sprintf("%v req{psn %#x max %#x wqe %d off %d rdat %d rnr %v} comp{psn %#x wqe %d deadline %v retries %d/%d} resp{psn %#x msn %d nak %v q %d recv %v} sq[%d,%d)",
-		qp.state, uint32(qp.req.psn), uint32(qp.req.maxPSN), qp.req.wqe, qp.req.offset, qp.req.rdAtomicOut, !qp.req.rnrUntil.IsZero(),
-		uint32(qp.comp.psn), qp.comp.wqe, !qp.comp.deadline.IsZero(), qp.comp.retries, qp.comp.rnrRetries,
+	s := fmt.Sprintf("%v req{psn %#x max %#x wqe %d off %d rdat %d rnr %v cwnd %d/%d} comp{psn %#x wqe %d deadline %v retries %d/%d retrying %v} resp{psn %#x msn %d nak %v q %d recv %v} sq[%d,%d)",
+		qp.state, uint32(qp.req.psn), uint32(qp.req.maxPSN), qp.req.wqe, qp.req.offset, qp.req.rdAtomicOut, !qp.req.rnrUntil.IsZero(), qp.window(), qp.sendWindow(),
+		uint32(qp.comp.psn), qp.comp.wqe, !qp.comp.deadline.IsZero(), qp.comp.retries, qp.comp.rnrRetries, qp.comp.retrying,
 		uint32(qp.resp.psn), qp.resp.msn, qp.resp.nakSent, len(qp.resp.readQ), qp.resp.haveRecv, head, tail)
 	for i := head; i != tail && i < head+4; i++ {
 		w := qp.cfg.SQ.slot(i)

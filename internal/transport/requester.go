@@ -26,6 +26,7 @@ type requester struct {
 	maxPSN      psn.PSN       // one past the highest PSN ever sent
 	held        int           // PSNs taken from Config.Budget: those in flight and some spare
 	rnrUntil    monotime.Time // the RNR timer, on the Clock; zero when not waiting
+	cc          congestion    // the window's answer to loss
 	src         reuse         // what Config.Placement keeps of the QP's sources
 	coldSrc     bool          // the message being sent comes from a source likely out of cache
 }
@@ -40,13 +41,17 @@ func (r *requester) ready(qp *QP) bool {
 	return r.mayStart(qp, w) && r.credit(qp, w, false)
 }
 
-// window returns the send window in PSNs.
-func (qp *QP) window() int {
+// sendWindow returns the send window in PSNs.
+func (qp *QP) sendWindow() int {
 	if qp.cfg.Window > 0 {
 		return qp.cfg.Window
 	}
 	return MaxUnackedPSNs
 }
+
+// window returns the PSNs the requester may send ahead of the oldest
+// unacknowledged one now: the send window, or less after a loss.
+func (qp *QP) window() int { return qp.req.cc.limit(qp.sendWindow()) }
 
 // mayStart applies the checks that hold a WQE back.
 func (r *requester) mayStart(qp *QP, w *sendWQE) bool {
@@ -326,7 +331,8 @@ func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 	// A window smaller than that cadence would stall with no ACK to come
 	// (and wait for the retry timer), so the packet that fills such a
 	// window asks for one too. With windows of 65 PSNs and more, the
-	// cadence leaves one asking packet in every window's worth.
+	// cadence leaves one asking packet in every window's worth. The
+	// congestion window is such a window when a loss cut it that small.
 	win := qp.window()
 	fills := win <= MaxPktPerAck && r.psn.Diff(qp.comp.psn) >= win
 	ends := last && !r.followed(qp, w, tail)

@@ -228,23 +228,39 @@ func TestAckCoalescing(t *testing.T) {
 
 // TestRetryExhaustion: with every packet lost, the requester resends at
 // each ACK timeout (4.096 µs × 2^timeout), retry_cnt times, then fails
-// with RETRY_EXC_ERR and moves to ERR, flushing the rest. No real time
-// passes: the test moves the clock.
+// with RETRY_EXC_ERR and moves to ERR, flushing the rest: a dead peer is
+// found (retry_cnt+1) ACK timeouts after the last progress. Between the
+// timeouts it makes its early go-backs (earlyDelay), which spend no
+// retry. No real time passes: the test moves the clock.
 func TestRetryExhaustion(t *testing.T) {
+	const timeout = 4194304 * time.Nanosecond // 4.096 µs × 2^10
 	h := newHarness(t, 1024, func(pa, _ *Path) { pa.RetryCnt, pa.Timeout = 3, 10 })
 	h.drop = func(toB bool, _ *wire.Packet) bool { return toB }
 	h.post(h.a,
 		SendWR{WRID: 1, Opcode: WRRDMAWrite, SGL: []memory.SGE{h.a.sge(0, 8)}, RemoteAddr: h.b.mr.Addr(), RKey: h.b.mr.RKey()},
 		SendWR{WRID: 2, Opcode: WRSend, SGL: []memory.SGE{h.a.sge(0, 8)}})
 	h.deliver()
+	start := h.now
+	// Within each ACK timeout: early go-backs after 0.5, 1 and 2 ms (the
+	// next, 4 ms, would not come before half the timeout is over).
+	wantSteps := []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, timeout - 3500*time.Microsecond}
 	for retry := 0; retry <= 3; retry++ {
-		if n := len(h.sent); n != 2*(retry+1) {
-			t.Fatalf("after %d timeouts, %d packets sent, want %d", retry, n, 2*(retry+1))
+		for i, want := range wantSteps {
+			if step := h.advance(); step != want {
+				t.Fatalf("timeout %d, step %d: after %v, want %v", retry, i, step, want)
+			}
+			h.deliver()
+			resends := retry*len(wantSteps) + i + 1
+			if retry == 3 && i == len(wantSteps)-1 {
+				resends-- // the fourth timeout fails the WR instead
+			}
+			if n, want := len(h.sent), 2*(1+resends); n != want {
+				t.Fatalf("timeout %d, step %d: %d packets sent, want %d", retry, i, n, want)
+			}
 		}
-		if step := h.advance(); step != 4096*time.Microsecond*1024/1000 && step != 4194304*time.Nanosecond {
-			t.Fatalf("timeout after %v, want 4.194304ms", step)
-		}
-		h.deliver()
+	}
+	if got, want := time.Duration(h.now-start), 4*timeout; got != want {
+		t.Errorf("failed %v after the first send, want %v", got, want)
 	}
 	wcs := h.a.cq.wcs
 	if len(wcs) != 2 || wcs[0].WRID != 1 || wcs[0].Status != WCRetryExcErr || wcs[1].Status != WCWRFlushErr {
