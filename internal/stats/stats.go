@@ -78,6 +78,7 @@ const (
 	LoneSends
 	SegmentOptions
 	EarlyGoBacks
+	SpuriousGoBacks
 
 	// What a link counts for itself, unpublished.
 	LinkSentPkts
@@ -139,6 +140,7 @@ var table = [NumCounters]Info{
 	LoneSends:           {"lone_sends", "UDP datagrams sent alone by sendto from a connected port socket", ByLink, true},
 	SegmentOptions:      {"segment_options", "times a port socket's UDP_SEGMENT option was set for lone sends", ByLink, true},
 	EarlyGoBacks:        {"early_go_backs", "retransmissions after a silence shorter than the ACK timeout; not retries", ByDevice, true},
+	SpuriousGoBacks:     {"spurious_go_backs", "go-backs after a silence that a response to the first transmission proved needless", ByDevice, true},
 
 	LinkSentPkts:    {"link_sent_pkts", "packets the link accepted for sending", ByLink, false},
 	LinkSentBytes:   {"link_sent_bytes", "bytes of the packets the link accepted for sending", ByLink, false},

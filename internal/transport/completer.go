@@ -60,6 +60,8 @@ func ackTimeout(t uint8) time.Duration {
 // retransmit timer go on as armed, so a dead peer is found as late as
 // before) and not on the wire any different from a retransmission
 // after a timeout.
+//
+// Chosen by measurement: docs/design/tuning.md#early-go-back.
 func earlyDelay(t uint8, n int) time.Duration {
 	full := ackTimeout(t)
 	d := max(full/16, minEarly) << n
@@ -93,10 +95,16 @@ func (c *completer) stopTimers() {
 }
 
 // progressed restarts the timer and the retry count after a response
-// moved psn on from from, and lets the congestion window grow.
+// moved psn on from from, and lets the congestion window grow. A
+// response that acknowledges PSNs beyond those the requester resent
+// since a go-back shows the first transmission arrived: if a silence
+// started the go-back, it was a delay, not a loss.
 func (c *completer) progressed(qp *QP, now Clock, from psn.PSN) {
+	spurious := c.retrying && c.psn.After(qp.req.psn)
 	c.retries, c.rnrRetries, c.retrying = 0, 0, false
-	qp.req.cc.acked(c.psn.Diff(from), c.psn, qp.sendWindow())
+	if qp.req.cc.acked(c.psn.Diff(from), c.psn, qp.sendWindow(), spurious) {
+		qp.cfg.Stats.Inc(stats.SpuriousGoBacks)
+	}
 	if c.rnrActive && c.psn.After(c.rnrPSN) {
 		c.rnrActive = false
 	}

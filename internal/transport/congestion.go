@@ -15,6 +15,7 @@ import "github.com/goroce/goroce/internal/psn"
 //	acknowledged PSNs         below ssthresh cwnd grows by each (slow start),
 //	                          above it by one per cwnd acknowledged
 //	cwnd back at the window   tracking stops
+//	silence proved spurious   the window before the silence is restored
 //
 // A silence is what a receiver that cannot keep up causes: its host did
 // not run it, or more QPs send to it than it can take, and the kernel
@@ -23,13 +24,29 @@ import "github.com/goroce/goroce/internal/psn"
 // window then overflows the buffer again, loss after loss; resending
 // minCwnd+1 packets and growing from there does not.
 //
+// A silence can be a delay, not a loss: on a busy host the responder's
+// process, or the requester's, is not run for some milliseconds and the
+// ACKs come late. The first response after the go-back then acknowledges
+// PSNs the requester had not resent since (the first transmission
+// arrived), and the cut is undone, as TCP's Eifel and F-RTO undo a
+// spurious retransmission timeout (RFC 3522, RFC 5682).
+//
 // A sequence NAK does not cut the window. It shows the responder took a
 // packet after the lost one, which random loss on a path that is not
 // congested does, and go-back-N already resends the window behind it.
 // Cutting the window on NAKs as Reno does (by half, or by 0.7 as CUBIC)
 // cost 2.5 to 3 times the goodput at 2% and 5% loss and gained nothing
-// at a receiver that overflows (docs/design/tuning.md#loss-response).
+// at a receiver that overflows.
+//
+// Chosen by measurement: docs/design/tuning.md#loss-response.
 type congestion struct {
+	window
+	saved   window // the window before the first silence since the last response
+	canUndo bool   // saved holds it
+}
+
+// window is the state of a congestion window.
+type window struct {
 	cwnd       int     // PSNs the requester may have in flight beyond the oldest unacknowledged; 0: the send window
 	ssthresh   int     // where slow start ends
 	grown      int     // PSNs acknowledged in congestion avoidance since cwnd last grew
@@ -54,6 +71,9 @@ func (c *congestion) limit(win int) int {
 // minCwnd; ssthresh halves, unless this silence comes while recovering
 // from an earlier one, before the PSNs in flight then were acknowledged.
 func (c *congestion) silent(maxPSN psn.PSN, flight, win int) {
+	if !c.canUndo {
+		c.saved, c.canUndo = c.window, true
+	}
 	if !c.recovering {
 		cur := min(c.limit(win), max(flight, minCwnd))
 		c.ssthresh = max(cur/2, minCwnd)
@@ -64,9 +84,16 @@ func (c *congestion) silent(maxPSN psn.PSN, flight, win int) {
 
 // acked grows the window for n PSNs newly acknowledged, up to comp (the
 // oldest PSN not acknowledged now), under a send window of win PSNs.
-func (c *congestion) acked(n int, comp psn.PSN, win int) {
+// spurious says the response acknowledged PSNs not sent since the last
+// silence: the silence was no loss, and the window goes back to what it
+// was before it. It reports whether it did so.
+func (c *congestion) acked(n int, comp psn.PSN, win int, spurious bool) (undone bool) {
+	if spurious && c.canUndo {
+		c.window, undone = c.saved, true
+	}
+	c.canUndo = false
 	if c.cwnd == 0 || n <= 0 {
-		return
+		return undone
 	}
 	if c.recovering && !comp.Before(c.recover) {
 		c.recovering = false
@@ -83,4 +110,5 @@ func (c *congestion) acked(n int, comp psn.PSN, win int) {
 	if c.cwnd >= win {
 		*c = congestion{}
 	}
+	return undone
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/goroce/goroce/internal/memory"
 	"github.com/goroce/goroce/internal/psn"
+	"github.com/goroce/goroce/internal/stats"
 	"github.com/goroce/goroce/internal/wire"
 )
 
@@ -175,23 +176,72 @@ func TestCongestion(t *testing.T) {
 	if c.ssthresh != 150 {
 		t.Errorf("ssthresh %d after a silence while recovering, want 150", c.ssthresh)
 	}
-	c.acked(100, psn.New(900), win) // slow start: +100
+	c.acked(100, psn.New(900), win, false) // slow start: +100
 	if c.cwnd != 101 {
 		t.Errorf("cwnd %d after 100 PSNs in slow start, want 101", c.cwnd)
 	}
-	c.acked(60, psn.New(1000), win) // to 161, past ssthresh
-	c.acked(161, psn.New(1200), win)
+	c.acked(60, psn.New(1000), win, false) // to 161, past ssthresh
+	c.acked(161, psn.New(1200), win, false)
 	if c.cwnd != 162 || c.recovering {
 		t.Errorf("cwnd %d recovering %v after a window in congestion avoidance, want 162 and false", c.cwnd, c.recovering)
 	}
+	before := c.window
 	c.silent(psn.New(3000), 162, win)
 	if c.ssthresh != 81 {
 		t.Errorf("ssthresh %d after a new silence with 162 in flight, want 81", c.ssthresh)
 	}
+	// A second silence, then a response that shows the first
+	// transmission arrived: the window before the first comes back.
+	c.silent(psn.New(3000), 2, win)
+	if !c.acked(10, psn.New(2900), win, true) || c.cwnd != before.cwnd || c.ssthresh != before.ssthresh {
+		t.Errorf("window %+v after a spurious silence, want %+v restored", c.window, before)
+	}
+	c.silent(psn.New(3000), 162, win)
+	c.acked(1, psn.New(2911), win, false)
+	if c.acked(10, psn.New(2921), win, true) || c.cwnd != minCwnd+1+10 {
+		t.Errorf("cwnd %d: a response after the first undid the silence's cut; only the first may", c.cwnd)
+	}
 	for range 4000 {
-		c.acked(64, psn.New(5000), win)
+		c.acked(64, psn.New(5000), win, false)
 	}
 	if c != (congestion{}) || c.limit(win) != win {
 		t.Errorf("after many ACKs %+v, want the send window back and nothing tracked", c)
+	}
+}
+
+// TestSpuriousGoBack: ACKs that wait past the early go-back's delay (a
+// requester whose process was not run, a slow peer) make it resend; when
+// they arrive they acknowledge PSNs the resend had not reached, which
+// shows the first transmission arrived, and the window cut is undone.
+func TestSpuriousGoBack(t *testing.T) {
+	h := newHarness(t, 256, nil)
+	st := stats.New()
+	h.a.qp.cfg.Stats = st
+	const n = 40 * 256
+	writeAll(h, n)
+	h.a.qp.Progress(h)
+	h.move(h.a.env.take(), h.b, true)
+	h.b.qp.Progress(h)
+	late := h.b.env.take() // the ACKs, held back
+	if len(late) == 0 {
+		t.Fatal("the responder sent no ACK")
+	}
+	if step := h.advance(); step != earlyDelay(14, 0) {
+		t.Fatalf("first timer after %v, want the early go-back's %v", step, earlyDelay(14, 0))
+	}
+	h.a.qp.Progress(h)
+	resent := h.a.env.take()
+	if len(resent) != minCwnd+1 {
+		t.Fatalf("%d packets resent after the early go-back, want %d", len(resent), minCwnd+1)
+	}
+	h.move(late, h.a, false)
+	if h.a.qp.window() != h.a.qp.sendWindow() {
+		t.Errorf("window %d after the late ACKs, want the send window %d back", h.a.qp.window(), h.a.qp.sendWindow())
+	}
+	h.move(resent, h.b, true) // duplicates, acknowledged again
+	h.deliver()
+	checkWritten(t, h, n)
+	if e, s := st.Get(stats.EarlyGoBacks), st.Get(stats.SpuriousGoBacks); e != 1 || s != 1 {
+		t.Errorf("early_go_backs %d, spurious_go_backs %d; want 1 each", e, s)
 	}
 }
