@@ -27,8 +27,9 @@ func (n *NS) Do(fn func() error) error {
 
 // Veth is two network namespaces joined by a veth pair, on Linux.
 type Veth struct {
-	NSA, NSB *NS
-	A, B     netip.Addr
+	NSA, NSB   *NS
+	A, B       netip.Addr
+	DevA, DevB string
 }
 
 // NewVeth fails outside Linux.

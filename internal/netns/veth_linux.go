@@ -17,8 +17,9 @@ import (
 // one end in NSA holding address A, the other in NSB holding B. Close
 // deletes them.
 type Veth struct {
-	NSA, NSB *NS
-	A, B     netip.Addr
+	NSA, NSB   *NS
+	A, B       netip.Addr
+	DevA, DevB string // the veth's two ends, in NSA and NSB
 
 	ip    string    // the ip command's path
 	names [2]string // the namespaces' names, under /run/netns
@@ -65,6 +66,7 @@ func NewVeth(tag string, a, b netip.Prefix, mtu int) (v *Veth, err error) {
 	if err := v.run("link", "add", va, "netns", v.names[0], "type", "veth", "peer", "name", vb, "netns", v.names[1]); err != nil {
 		return v, err
 	}
+	v.DevA, v.DevB = va, vb
 	for i, end := range []struct {
 		dev  string
 		addr netip.Prefix

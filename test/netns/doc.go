@@ -11,9 +11,10 @@
 //
 //	sudo go test -v ./test/netns
 //
-// The tests build cmd/rc_pingpong and cmd/ud_pingpong into a temporary
-// directory. Each pingpong test creates its own pair of namespaces,
-// goroce-t-<pid>-<n>-a and -b (internal/netns.NewVeth), holding the two
+// The tests build cmd/rc_pingpong, cmd/ud_pingpong and cmd/ib_write_bw
+// into a temporary directory. Each pingpong test creates its own pair of
+// namespaces, goroce-t-<pid>-<n>-a and -b (internal/netns.NewVeth),
+// holding the two
 // ends of a veth pair, 198.18.10.1/24 in a and 198.18.10.2/24 in b (from
 // 198.18.0.0/15, the range reserved for benchmarking, RFC 2544); the veth
 // is created inside the namespaces, so nothing touches the host's own
@@ -37,6 +38,17 @@
 //     0 (its fault stage sends without GSO), the server's with a checksum
 //     (UDP GSO needs one); no receiver's kernel may drop one for a bad
 //     UDP checksum.
+//   - TestPingpongLoss: rc_pingpong -c with 256 KiB to 4 MiB messages,
+//     MTU 1024 and 4096, through nftables rules in both namespaces'
+//     prerouting chains that drop 2% or 5% of RoCEv2 packets and corrupt
+//     0.2% more, with retry_cnt 7 and timeout 14: every message must
+//     arrive intact. The veth segments UDP GSO sends before they cross
+//     (gso_max_segs 1), so that a rule sees each packet as the wire would.
+//   - TestStarvedReceiver: ib_write_bw with 16 QPs of 64 KiB WRITEs into
+//     a server stopped (SIGSTOP) three times for 200 ms: every transfer
+//     must complete.
+//   - BenchmarkLossGoodput: rc_pingpong's goodput at 0.1% to 5% loss
+//     against the lossless run (docs/RELIABILITY.md).
 //   - TestPeerKilled: kill -9 of the server mid-transfer; the client must
 //     fail within a few seconds, naming the failure.
 //   - TestUDPingpong: ud_pingpong -c with datagrams of the active MTU, 1024

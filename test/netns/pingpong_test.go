@@ -16,13 +16,13 @@ const exchangePort = "18515"
 // pair runs an rc_pingpong server in a and a client in b, each with the
 // common arguments plus its own, and waits for both to exit; a server
 // still running 10 s after its client is killed.
-func pair(t *testing.T, ctx context.Context, tp *topology, common, srvArgs, cliArgs []string, within time.Duration) (srv, cli *proc) {
+func pair(t testing.TB, ctx context.Context, tp *topology, common, srvArgs, cliArgs []string, within time.Duration) (srv, cli *proc) {
 	t.Helper()
 	return pairTool(t, ctx, tp, "rc_pingpong", common, srvArgs, cliArgs, within)
 }
 
 // pairTool is pair for the tool of that name: rc_pingpong or ud_pingpong.
-func pairTool(t *testing.T, ctx context.Context, tp *topology, tool string, common, srvArgs, cliArgs []string, within time.Duration) (srv, cli *proc) {
+func pairTool(t testing.TB, ctx context.Context, tp *topology, tool string, common, srvArgs, cliArgs []string, within time.Duration) (srv, cli *proc) {
 	t.Helper()
 	bin := buildTool(t, tool)
 	runDir := t.TempDir()
@@ -45,7 +45,7 @@ func pairTool(t *testing.T, ctx context.Context, tp *topology, tool string, comm
 
 // checkRun checks that both sides of a run of iters messages of size bytes
 // succeeded and agree, and returns their counters.
-func checkRun(t *testing.T, srv, cli *proc, size, iters int) (sc, cc map[string]uint64) {
+func checkRun(t testing.TB, srv, cli *proc, size, iters int) (sc, cc map[string]uint64) {
 	t.Helper()
 	if srv.code() != 0 || cli.code() != 0 {
 		t.Fatalf("server: %v\n%s%s\nclient: %v\n%s%s", srv.err, srv.stdout, srv.stderr, cli.err, cli.stdout, cli.stderr)

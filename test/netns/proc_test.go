@@ -36,11 +36,11 @@ func TestMain(m *testing.M) {
 }
 
 // rcPingpong returns the path of a freshly built cmd/rc_pingpong.
-func rcPingpong(t *testing.T) string { return buildTool(t, "rc_pingpong") }
+func rcPingpong(t testing.TB) string { return buildTool(t, "rc_pingpong") }
 
 // buildTool returns the path of a freshly built cmd/<name>, building it
 // on first use.
-func buildTool(t *testing.T, name string) string {
+func buildTool(t testing.TB, name string) string {
 	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
@@ -110,13 +110,13 @@ type proc struct {
 // leaves nothing behind. ip netns exec execs the program, so the process
 // is rc_pingpong itself: killing it kills the tool. The process is killed
 // when ctx ends and, at the latest, when the test ends.
-func start(t *testing.T, ctx context.Context, tp *topology, name, ns, runDir string, args ...string) *proc {
+func start(t testing.TB, ctx context.Context, tp *topology, name, ns, runDir string, args ...string) *proc {
 	t.Helper()
 	return startBin(t, ctx, tp, rcPingpong(t), name, ns, runDir, args...)
 }
 
 // startBin is start for the program at bin.
-func startBin(t *testing.T, ctx context.Context, tp *topology, bin, name, ns, runDir string, args ...string) *proc {
+func startBin(t testing.TB, ctx context.Context, tp *topology, bin, name, ns, runDir string, args ...string) *proc {
 	t.Helper()
 	argv := tp.inNS(ns, append([]string{bin}, args...)...)
 	p := &proc{name: name, stdout: newOutput(), stderr: newOutput(), done: make(chan struct{})}
@@ -141,7 +141,7 @@ func startBin(t *testing.T, ctx context.Context, tp *topology, bin, name, ns, ru
 
 // waitReady waits for the first line of output: a server prints it once it
 // listens.
-func (p *proc) waitReady(t *testing.T, within time.Duration) {
+func (p *proc) waitReady(t testing.TB, within time.Duration) {
 	t.Helper()
 	select {
 	case <-p.stdout.ready:
@@ -153,7 +153,7 @@ func (p *proc) waitReady(t *testing.T, within time.Duration) {
 }
 
 // wait waits for the process to exit and returns its exit status.
-func (p *proc) wait(t *testing.T, within time.Duration) int {
+func (p *proc) wait(t testing.TB, within time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -175,7 +175,7 @@ func (p *proc) code() int {
 }
 
 // kill sends SIGKILL.
-func (p *proc) kill(t *testing.T) {
+func (p *proc) kill(t testing.TB) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %s: %v", p.name, err)
@@ -194,7 +194,7 @@ type report struct {
 // parseRun checks a successful run's output: the two address lines (the
 // local GID must be the IPv4-mapped local address, the remote the peer's)
 // and the two result lines. It returns the results.
-func parseRun(t *testing.T, p *proc, local, remote string) report {
+func parseRun(t testing.TB, p *proc, local, remote string) report {
 	t.Helper()
 	out := p.stdout.String()
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
@@ -221,7 +221,7 @@ func parseRun(t *testing.T, p *proc, local, remote string) report {
 // counters parses the line GOROCE_PRINT_COUNTERS=1 makes rc_pingpong
 // print on stderr at exit: "counters: name=value ...". It returns the
 // counters and the rest of stderr.
-func counters(t *testing.T, p *proc) (map[string]uint64, string) {
+func counters(t testing.TB, p *proc) (map[string]uint64, string) {
 	t.Helper()
 	var rest strings.Builder
 	var c map[string]uint64

@@ -25,7 +25,7 @@ const (
 
 // requireTools skips the test unless it runs as root with ip and nft, and
 // returns their paths.
-func requireTools(t *testing.T) (ip, nft string) {
+func requireTools(t testing.TB) (ip, nft string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces: run sudo go test -v ./test/netns")
@@ -43,7 +43,7 @@ func requireTools(t *testing.T) (ip, nft string) {
 
 // command runs a short administrative command and returns its output,
 // failing the test if it fails.
-func command(t *testing.T, name string, args ...string) string {
+func command(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := tryCommand(name, args...)
 	if err != nil {
@@ -73,8 +73,9 @@ func tryCommandIn(name, stdin string, args ...string) (string, error) {
 // topology is two network namespaces joined by a veth pair: addrA in a,
 // addrB in b.
 type topology struct {
-	ip, nft string // the tools' paths
-	a, b    string // namespace names
+	ip, nft    string // the tools' paths
+	a, b       string // namespace names
+	devA, devB string // the veth's ends in a and b
 }
 
 // topologies numbers the bridges of this test process (newBridge).
@@ -84,7 +85,7 @@ var topologies atomic.Int32
 // goroce-t-<pid>-<n>-a and -b, the veth created inside them), with the
 // given MTU on both ends, and deletes them when the test ends, which takes
 // the veth pair with them.
-func newTopology(t *testing.T, mtu int) *topology {
+func newTopology(t testing.TB, mtu int) *topology {
 	t.Helper()
 	ip, nft := requireTools(t)
 	v, err := netns.NewVeth("goroce-t", netip.MustParsePrefix(addrA+"/24"), netip.MustParsePrefix(addrB+"/24"), mtu)
@@ -99,7 +100,19 @@ func newTopology(t *testing.T, mtu int) *topology {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	return &topology{ip: ip, nft: nft, a: filepath.Base(v.NSA.Name()), b: filepath.Base(v.NSB.Name())}
+	return &topology{ip: ip, nft: nft, a: filepath.Base(v.NSA.Name()), b: filepath.Base(v.NSB.Name()), devA: v.DevA, devB: v.DevB}
+}
+
+// segmentOnWire makes both veth ends segment UDP GSO sends before they
+// cross (gso_max_segs 1), so that the receiving namespace's prerouting
+// hook sees each datagram as the wire would carry it. Without it a veth
+// passes a GSO send of up to 64 datagrams as one packet, and a rule that
+// drops 2% of packets drops whole bursts.
+func (tp *topology) segmentOnWire(t testing.TB) {
+	t.Helper()
+	for _, end := range [][2]string{{tp.a, tp.devA}, {tp.b, tp.devB}} {
+		command(t, tp.ip, "-n", end[0], "link", "set", "dev", end[1], "gso_max_segs", "1")
+	}
 }
 
 // inNS returns the command line that runs argv in namespace ns.
@@ -128,10 +141,16 @@ const nftRules = `table inet goroce {
 `
 
 // addRules loads nftRules into namespace ns.
-func (tp *topology) addRules(t *testing.T, ns string) {
+func (tp *topology) addRules(t testing.TB, ns string) {
+	t.Helper()
+	tp.addRuleset(t, ns, nftRules)
+}
+
+// addRuleset loads an nftables ruleset into namespace ns.
+func (tp *topology) addRuleset(t testing.TB, ns, rules string) {
 	t.Helper()
 	argv := tp.inNS(ns, tp.nft, "-f", "-")
-	if _, err := tryCommandIn(argv[0], nftRules, argv[1:]...); err != nil {
+	if _, err := tryCommandIn(argv[0], rules, argv[1:]...); err != nil {
 		t.Fatalf("load nftables rules in %s: %v", ns, err)
 	}
 }
@@ -140,7 +159,7 @@ var nftCounter = regexp.MustCompile(`counter packets (\d+) bytes \d+ .*comment "
 
 // nftCounters returns the packet counts of the rules in namespace ns, by
 // comment.
-func (tp *topology) nftCounters(t *testing.T, ns string) map[string]uint64 {
+func (tp *topology) nftCounters(t testing.TB, ns string) map[string]uint64 {
 	t.Helper()
 	argv := tp.inNS(ns, tp.nft, "list", "table", "inet", "goroce")
 	out := command(t, argv[0], argv[1:]...)
@@ -148,7 +167,7 @@ func (tp *topology) nftCounters(t *testing.T, ns string) map[string]uint64 {
 	for _, m := range nftCounter.FindAllStringSubmatch(out, -1) {
 		c[m[2]], _ = strconv.ParseUint(m[1], 10, 64)
 	}
-	if len(c) != 5 {
+	if len(c) == 0 {
 		t.Fatalf("nft counters in %s: found %v in\n%s", ns, c, out)
 	}
 	return c
@@ -156,7 +175,7 @@ func (tp *topology) nftCounters(t *testing.T, ns string) map[string]uint64 {
 
 // udpStats returns the kernel's UDP counters (the Udp: lines of
 // /proc/net/snmp) in namespace ns, by name.
-func (tp *topology) udpStats(t *testing.T, ns string) map[string]uint64 {
+func (tp *topology) udpStats(t testing.TB, ns string) map[string]uint64 {
 	t.Helper()
 	argv := tp.inNS(ns, "cat", "/proc/net/snmp")
 	var names, values []string
