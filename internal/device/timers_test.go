@@ -82,3 +82,34 @@ func TestTimerSetArm(t *testing.T) {
 		t.Errorf("after firing the timer was not set again")
 	}
 }
+
+// TestDirtyListsNested: a run of the dirty QPs inside another (Settle's
+// call taken from the channel by a run's loop) keeps the QPs made dirty
+// after it began; it once emptied the list the outer run was filling,
+// which then ran a nil QP.
+func TestDirtyListsNested(t *testing.T) {
+	var w worker
+	qps := make([]*QP, 4)
+	for i := range qps {
+		qps[i] = &QP{qpn: uint32(0x11 + i)}
+	}
+	w.markDirty(qps[0])
+	w.doneDirty(w.takeDirty()) // a whole run: the spare list now exists
+	qps[0].dirty = false
+
+	w.markDirty(qps[1])
+	outer := w.takeDirty()
+	qps[1].dirty = false
+	w.markDirty(qps[2]) // made dirty during the outer run
+	inner := w.takeDirty()
+	qps[2].dirty = false
+	w.markDirty(qps[3]) // made dirty during the inner run
+	w.doneDirty(inner)
+	if len(w.dirty) != 1 || w.dirty[0] != qps[3] {
+		t.Fatalf("dirty list after the inner run %v, want QP %#x", w.dirty, qps[3].qpn)
+	}
+	w.doneDirty(outer)
+	if len(w.dirty) != 1 || w.dirty[0] != qps[3] {
+		t.Fatalf("dirty list after the outer run %v, want QP %#x", w.dirty, qps[3].qpn)
+	}
+}

@@ -286,8 +286,7 @@ func (w *worker) runDirty() {
 	// 10 µs) would come early.
 	w.now = 0
 	for len(w.dirty) > 0 {
-		list := w.dirty
-		w.dirty = w.dirtySpare[:0]
+		list := w.takeDirty()
 		for i, qp := range list {
 			qp.dirty = false
 			qp.t.Progress(w) // a flush since the last read reads it again
@@ -304,16 +303,32 @@ func (w *worker) runDirty() {
 						// worker (an inline holder has it): hand over,
 						// keeping the rest of the turn queued.
 						w.dirty = append(w.dirty, list[i+1:]...)
-						clear(list)
-						w.dirtySpare = list[:0]
+						w.doneDirty(list)
 						return
 					}
 				}
 			}
 		}
-		clear(list)
-		w.dirtySpare = list[:0]
+		w.doneDirty(list)
 	}
+}
+
+// takeDirty takes the dirty QPs for a run of runDirty; QPs made dirty
+// meanwhile go to the spare list. The run owns the spare until it ends:
+// a run inside it (Settle's call, taken from the channel by the run's
+// loop) then starts a list of its own, so it never empties a list that
+// the outer run fills.
+func (w *worker) takeDirty() []*QP {
+	list := w.dirty
+	w.dirty, w.dirtySpare = w.dirtySpare[:0], nil
+	return list
+}
+
+// doneDirty ends a run of the list takeDirty gave, keeping it, emptied,
+// as the spare.
+func (w *worker) doneDirty(list []*QP) {
+	clear(list)
+	w.dirtySpare = list[:0]
 }
 
 // Buffer implements transport.Env: a buffer the worker's last writes
