@@ -244,8 +244,10 @@ func (qp *QP) ackThrough(p psn.PSN, now Clock) {
 }
 
 // skipAcked moves the requester past what the peer has acknowledged
-// meanwhile: after a rewind, ACKs for the first transmission can overtake
-// the resend.
+// meanwhile: after a rewind, ACKs and READ and atomic responses for the
+// first transmission can overtake the resend (all the sooner when the
+// congestion window holds the resend back), and the requester must not
+// send the next message at PSNs they already used.
 func (qp *QP) skipAcked() {
 	r, c := &qp.req, &qp.comp
 	if !r.psn.Before(c.psn) {
@@ -315,6 +317,7 @@ func (qp *QP) readResponse(p *wire.Packet, pn psn.PSN, now Clock) {
 		c.psn = w.lastPSN().Next()
 	}
 	c.progressed(qp, now, from)
+	qp.skipAcked()
 }
 
 // atomicAck places the original value an atomic returned (IBA 9.7.5.1.3),
@@ -334,6 +337,7 @@ func (qp *QP) atomicAck(p *wire.Packet, pn psn.PSN, now Clock) {
 	from := qp.comp.psn
 	qp.comp.psn = pn.Next()
 	qp.comp.progressed(qp, now, from)
+	qp.skipAcked()
 }
 
 // nak handles a NAK for PSN p (IBA 9.7.5.1.4).
@@ -514,7 +518,10 @@ func (qp *QP) complete() {
 		if !w.acked {
 			break
 		}
-		if w.isReadOrAtomic() && w.failed == WCSuccess {
+		if w.isReadOrAtomic() && w.sent && w.failed == WCSuccess {
+			// Counted since it was sent. One that a rewind took back
+			// (sent false) and its first transmission's response then
+			// completed is no longer counted.
 			qp.req.rdAtomicOut--
 		}
 		wc := WC{WRID: w.wr.WRID, Status: w.failed, Opcode: wcOpcodeOf(w.wr.Opcode), QPNum: qp.cfg.QPN}
@@ -536,7 +543,15 @@ func (qp *QP) complete() {
 		}
 	}
 	c.normalize(qp, tail)
-	if qp.req.wqe-c.wqe > 1<<62 { // the requester never lags the completer
-		qp.req.wqe = c.wqe
+	if qp.req.wqe-c.wqe > 1<<62 {
+		// The requester never lags the completer. It did here because
+		// responses to a first transmission completed WQEs it was
+		// resending: it goes on from the oldest PSN still needed, where
+		// it would have got to, and never at PSNs those WQEs used.
+		qp.req.wqe, qp.req.offset = c.wqe, 0
+		if qp.req.psn.Before(c.psn) {
+			qp.req.psn = c.psn
+		}
+		qp.rewind(c.psn)
 	}
 }

@@ -97,7 +97,13 @@ func (qp *QP) request(now Clock) {
 	for r.wqe != tail && qp.state == qpstate.RTS {
 		w := qp.cfg.SQ.slot(r.wqe)
 		if w.acked && w.failed == WCSuccess {
-			r.wqe, r.offset = r.wqe+1, 0 // acknowledged while being resent
+			// Acknowledged while being resent (a response to its first
+			// transmission overtook the resend): go on after its PSNs,
+			// which the next WQE must not take again.
+			if end := w.firstPSN.Add(w.npkts); r.psn.Before(end) {
+				r.psn = end
+			}
+			r.wqe, r.offset = r.wqe+1, 0
 			continue
 		}
 		if w.failed != WCSuccess || !r.mayStart(qp, w) {

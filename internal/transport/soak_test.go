@@ -12,17 +12,19 @@ import (
 	"github.com/goroce/goroce/internal/wire"
 )
 
-// TestLossySoak drives two QPs through random mixed traffic over a lossy,
-// duplicating "network" under the fake clock, for many seeds: every WR
+// TestLossySoak drives two QPs through random mixed traffic (WRITE,
+// READ, FETCH_ADD, SEND) over a lossy, duplicating, stalling "network"
+// under the fake clock, for many seeds: every WR
 // must complete successfully, exactly once and in order, with the data
 // right, and the QPs must end idle. A failure names its seed.
 func TestLossySoak(t *testing.T) {
-	for _, c := range []struct{ loss, dup, reorder float64 }{
-		{0.01, 0, 0}, {0.05, 0, 0}, {0.10, 0, 0}, {0, 0.05, 0}, {0, 0, 0.10}, {0.03, 0.03, 0.05},
+	for _, c := range []struct{ loss, dup, reorder, stall float64 }{
+		{0.01, 0, 0, 0}, {0.05, 0, 0, 0}, {0.10, 0, 0, 0}, {0, 0.05, 0, 0}, {0, 0, 0.10, 0}, {0.03, 0.03, 0.05, 0},
+		{0, 0, 0, 0.3}, {0.05, 0, 0, 0.3}, {0.03, 0.03, 0.05, 0.3},
 	} {
 		for seed := range uint64(30) {
-			if err := lossySoak(t, seed, c.loss, c.dup, c.reorder); err != nil {
-				t.Fatalf("loss %v dup %v reorder %v seed %d: %v", c.loss, c.dup, c.reorder, seed, err)
+			if err := lossySoak(t, seed, c.loss, c.dup, c.reorder, c.stall); err != nil {
+				t.Fatalf("loss %v dup %v reorder %v stall %v seed %d: %v", c.loss, c.dup, c.reorder, c.stall, seed, err)
 			}
 		}
 	}
@@ -30,15 +32,21 @@ func TestLossySoak(t *testing.T) {
 
 // lossySoak runs random traffic where each packet is lost with
 // probability loss, delivered twice with probability dup, and held back
-// behind the rest of its round with probability reorder.
-func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
+// behind the rest of its round with probability reorder. With
+// probability stall a step of the requester's is a stall: what it sends
+// arrives only after its next timer (an early go-back, mostly) fired, as
+// on a busy host, so that responses to first transmissions overtake the
+// resends the congestion window holds back.
+func lossySoak(t *testing.T, seed uint64, loss, dup, reorder, stall float64) error {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	h := newHarness(t, 256, func(pa, pb *Path) { pa.RetryCnt, pb.RetryCnt = 7, 7 })
+	h := newHarness(t, 256, func(pa, pb *Path) { pa.RetryCnt, pb.RetryCnt = 7, 7; pa.SplitWrites = true })
 	type held struct {
 		toB bool
 		p   wire.Packet
 	}
 	var later []held
+	h.a.qp.cfg.Budget = NewBudget(1024, func(*QP) {})
+	h.a.qp.cfg.Window = 512
 	var windowErr error
 	h.drop = func(toB bool, p *wire.Packet) bool {
 		// The send window holds under retransmission too: no request
@@ -80,7 +88,7 @@ func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
 		fadd bool
 		old  uint64
 	}
-	var checks []check
+	var checks, sendChecks []check
 	for round := 0; round < 60; round++ {
 		n := 1 + rng.IntN(6)
 		var wrs []SendWR
@@ -93,7 +101,15 @@ func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
 			size := rng.IntN(3000)
 			off := writeHalf + rng.IntN(region/2-size)
 			slot := 128<<10 + j*4096
-			switch rng.IntN(4) {
+			switch rng.IntN(5) {
+			case 4: // SEND
+				for k := range size {
+					h.a.buf[slot+k] = byte(rng.Uint32())
+				}
+				rs := 768<<10 + int(nextWRID%64)*4096
+				h.postRecv(h.b, RecvWR{WRID: nextWRID, SGL: []memory.SGE{h.b.sge(rs, 4096)}})
+				sendChecks = append(sendChecks, check{wrid: nextWRID, off: rs, want: append([]byte(nil), h.a.buf[slot:slot+size]...)})
+				wrs = append(wrs, SendWR{WRID: nextWRID, Opcode: WRSend, SGL: []memory.SGE{h.a.sge(slot, size)}})
 			case 0, 1: // WRITE
 				for k := range size {
 					h.a.buf[slot+k] = byte(rng.Uint32())
@@ -121,6 +137,15 @@ func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
 		// round its own slots (above) and wait for the round to finish.
 		h.post(h.a, wrs...)
 		for steps := 0; done < int(nextWRID); steps++ {
+			if rng.Float64() < stall {
+				h.a.qp.Progress(h)
+				held := h.a.env.take()
+				if d := h.a.qp.Deadline(); d != 0 {
+					h.now = d
+					h.a.qp.Timeout(h)
+				}
+				h.move(held, h.b, true)
+			}
 			h.deliver()
 			flushLater()
 			h.deliver()
@@ -163,6 +188,12 @@ func lossySoak(t *testing.T, seed uint64, loss, dup, reorder float64) error {
 			}
 		}
 		checks = checks[:0]
+		for _, c := range sendChecks {
+			if !bytes.Equal(h.b.buf[c.off:c.off+len(c.want)], c.want) {
+				return fmt.Errorf("SEND WR %d: received other bytes", c.wrid)
+			}
+		}
+		sendChecks = sendChecks[:0]
 	}
 	if windowErr != nil {
 		return windowErr
