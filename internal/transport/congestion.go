@@ -67,10 +67,17 @@ func (c *congestion) limit(win int) int {
 }
 
 // silent answers a silence with flight PSNs in flight and maxPSN one
-// past the highest sent, under a send window of win PSNs: cwnd drops to
-// minCwnd; ssthresh halves, unless this silence comes while recovering
+// past the highest sent, under a send window of win PSNs: unless no more
+// than minCwnd+1 PSNs are in flight, cwnd drops to minCwnd; ssthresh
+// halves, unless this silence comes while recovering
 // from an earlier one, before the PSNs in flight then were acknowledged.
 func (c *congestion) silent(maxPSN psn.PSN, flight, win int) {
+	if flight <= minCwnd+1 {
+		// What the cut window would let out is all there is: a silence
+		// with so little in flight is no sign of a receiver overrun (a
+		// lone message's resend cannot tell a late ACK from a lost one).
+		return
+	}
 	if !c.canUndo {
 		c.saved, c.canUndo = c.window, true
 	}

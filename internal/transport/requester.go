@@ -29,6 +29,7 @@ type requester struct {
 	cc          congestion    // the window's answer to loss
 	src         reuse         // what Config.Placement keeps of the QP's sources
 	coldSrc     bool          // the message being sent comes from a source likely out of cache
+	resend      bool          // the message being sent went out before (a go-back)
 }
 
 // ready reports whether the next WQE may be sent now.
@@ -178,7 +179,11 @@ func (qp *QP) emitPayload(w *sendWQE, h *wire.Headers, n int) bool {
 			// gain anything, and the judgement costs an atomic add on a
 			// clock the device's workers share, on every ping-pong
 			// message.
-			qp.req.coldSrc = w.length > uint64(qp.path.MTU) && qp.cfg.Placement.coldSource(&qp.req.src, w.length)
+			//
+			// A message sent again after a go-back is not judged either:
+			// its source was read moments ago, and cold_sources counts
+			// messages, not their transmissions.
+			qp.req.coldSrc = !qp.req.resend && w.length > uint64(qp.path.MTU) && qp.cfg.Placement.coldSource(&qp.req.src, w.length)
 			if qp.req.coldSrc {
 				qp.cfg.Stats.Inc(stats.ColdSources)
 			}
@@ -293,6 +298,7 @@ func (qp *QP) sendPacket(w *sendWQE, tail uint64) bool {
 	var payload uint64
 	first := r.offset == 0
 	if first {
+		r.resend = w.started
 		w.firstPSN, w.started = r.psn, true
 		w.npkts = packets(w.length, qp.path.MTU)
 	}
