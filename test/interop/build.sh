@@ -13,7 +13,8 @@ say() { echo "[build +$(( $(date +%s) - t0 ))s] $*"; }
 # --- 1. host tools -------------------------------------------------------------------
 need=()
 for p in qemu-system-x86:qemu-system-x86_64 qemu-utils:qemu-img mmdebstrap:mmdebstrap iproute2:ip \
-         tcpdump:tcpdump python3:python3 e2fsprogs:mkfs.ext4 socat:socat openssh-client:ssh cpio:cpio; do
+         tcpdump:tcpdump python3:python3 e2fsprogs:mkfs.ext4 socat:socat openssh-client:ssh cpio:cpio \
+         nftables:nft; do
   command -v "${p#*:}" >/dev/null || need+=("${p%%:*}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -14,7 +14,7 @@ import (
 
 // capture runs tcpdump on the bridge into file until stop is called.
 func capture(file string) (stop func(), err error) {
-	cmd := exec.Command("ip", "netns", "exec", netns, "tcpdump", "-i", "br-roce", "-s", "0", "-U",
+	cmd := exec.Command("ip", "netns", "exec", netns, "tcpdump", "-i", bridge, "-s", "0", "-U",
 		"--immediate-mode", "-w", file, fmt.Sprintf("udp port 4791 or tcp port %d", oobPort))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -48,15 +48,40 @@ func capture(file string) (stop func(), err error) {
 	}, nil
 }
 
-var icrcLine = regexp.MustCompile(`TOTAL roce_packets=(\d+) icrc_ok=(\d+) icrc_bad=(\d+)`)
+// flow counts a capture's RoCE packets, all or from one address to
+// another, and those with a bad ICRC.
+type flow struct{ packets, bad int }
 
-func (r *runner) icrc(pcap string) (packets, bad int, out string, err error) {
-	b, _ := exec.Command("python3", filepath.Join(r.here, "icrc-check.py"), pcap).CombinedOutput()
-	m := icrcLine.FindSubmatch(b)
+var (
+	icrcTotal = regexp.MustCompile(`(?m)^TOTAL roce_packets=(\d+) icrc_ok=\d+ icrc_bad=(\d+)$`)
+	icrcFlow  = regexp.MustCompile(`(?m)^FLOW (\S+) -> (\S+) roce_packets=(\d+) icrc_ok=\d+ icrc_bad=(\d+)$`)
+)
+
+// parseICRC reads icrc-check.py's output: the total and the flows, by
+// "src->dst".
+func parseICRC(out string) (total flow, flows map[string]flow, ok bool) {
+	m := icrcTotal.FindStringSubmatch(out)
 	if m == nil {
-		return 0, 0, string(b), fmt.Errorf("icrc-check.py: %s", strings.TrimSpace(string(b)))
+		return flow{}, nil, false
 	}
-	packets, _ = strconv.Atoi(string(m[1]))
-	bad, _ = strconv.Atoi(string(m[3]))
-	return packets, bad, string(b), nil
+	total.packets, _ = strconv.Atoi(m[1])
+	total.bad, _ = strconv.Atoi(m[2])
+	flows = map[string]flow{}
+	for _, m := range icrcFlow.FindAllStringSubmatch(out, -1) {
+		var f flow
+		f.packets, _ = strconv.Atoi(m[3])
+		f.bad, _ = strconv.Atoi(m[4])
+		flows[m[1]+"->"+m[2]] = f
+	}
+	return total, flows, true
+}
+
+// icrc runs the ICRC checker on pcap.
+func (r *runner) icrc(pcap string) (total flow, flows map[string]flow, out string, err error) {
+	b, _ := exec.Command("python3", filepath.Join(r.here, "icrc-check.py"), pcap).CombinedOutput()
+	total, flows, ok := parseICRC(string(b))
+	if !ok {
+		return flow{}, nil, string(b), fmt.Errorf("icrc-check.py: %s", strings.TrimSpace(string(b)))
+	}
+	return total, flows, string(b), nil
 }

@@ -46,12 +46,21 @@ func (r *runner) guestCmd(c cell, peer string) string {
 	return c.guestTool + " " + strings.Join(args, " ")
 }
 
+// host returns the command that runs goroce's side of c, which prints
+// its device's counters at exit (GOROCE_PRINT_COUNTERS=1).
+func (r *runner) host(ctx context.Context, c cell, peer string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "ip", r.hostCmd(c, peer)...)
+	cmd.Env = append(os.Environ(), "GOROCE_PRINT_COUNTERS=1")
+	return cmd
+}
+
 func (r *runner) hostCmd(c cell, peer string) []string {
 	args := []string{"netns", "exec", netns, filepath.Join(r.bin, c.tool), "-d", hostIP}
 	if c.kind != "pp" {
 		args = append(args, "-F")
 	}
 	args = append(args, c.args...)
+	args = append(args, c.hostArgs...)
 	if peer != "" && c.paced {
 		args = append(args, pacing...)
 	}
@@ -63,6 +72,15 @@ func (r *runner) hostCmd(c cell, peer string) []string {
 
 func ssh(ctx context.Context, here, script string) *exec.Cmd {
 	return exec.CommandContext(ctx, filepath.Join(here, "guest-run.sh"), "A", script)
+}
+
+// rxeCounters reads the guest's rxe0 port counters (nil if it cannot).
+func (r *runner) rxeCounters() map[string]uint64 {
+	b, err := exec.Command(filepath.Join(r.here, "guest-run.sh"), "A", "cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep . *").Output()
+	if err != nil {
+		return nil
+	}
+	return parseHWCounters(string(b))
 }
 
 // listening says whether process pid (in its network namespace) has a

@@ -12,6 +12,8 @@ does it independently, following the IBA RoCEv2 annex (and Linux rxe_icrc.c):
     rest of the IBA packet (extension headers, payload, pad), up to the 4 ICRC bytes
   ICRC on the wire = that CRC32 value in little-endian byte order (like an Ethernet FCS).
 An IPv4 packet whose IP header checksum is wrong counts as bad too (the kernel would drop it).
+Prints a line per file, a FLOW line per source and destination address over all files, and a
+TOTAL line.
 Usage: icrc-check.py [-v] file.pcap...     exit status 1 if any packet has a bad ICRC.
 """
 import socket, struct, sys, zlib
@@ -78,7 +80,8 @@ def ipv4_csum_ok(h):
     return s == 0xffff
 
 
-def check(path, verbose):
+def check(path, verbose, flows):
+    """Counts the good and bad packets of path, and adds them to flows[(src, dst)]."""
     good = bad = 0
     for n, frame, orig in packets(path):
         if len(frame) != orig:
@@ -109,6 +112,8 @@ def check(path, verbose):
             ok = False
             print('%s #%-4d %s -> %s bad IPv4 header checksum' % (path.rsplit('/', 1)[-1], n, src, dst))
         good += ok; bad += (not ok)
+        f = flows.setdefault((src, dst), [0, 0])
+        f[0] += ok; f[1] += (not ok)
         if verbose or not ok:
             print('%s #%-4d %s -> %s %-20s qpn=0x%06x psn=%-8d len=%-5d icrc=%s %s' % (
                 path.rsplit('/', 1)[-1], n, src, dst, opname(op), qpn, psn, len(ip) - ihl - 8,
@@ -123,10 +128,13 @@ def main():
     if not files:
         print(__doc__); return 2
     tg = tb = 0
+    flows = {}
     for p in files:
-        g, b = check(p, verbose)
+        g, b = check(p, verbose, flows)
         tg += g; tb += b
         print('%-40s roce_packets=%-4d icrc_ok=%-4d icrc_bad=%d' % (p.rsplit('/', 1)[-1], g + b, g, b))
+    for (src, dst), (g, b) in sorted(flows.items()):
+        print('FLOW %s -> %s roce_packets=%d icrc_ok=%d icrc_bad=%d' % (src, dst, g + b, g, b))
     print('TOTAL roce_packets=%d icrc_ok=%d icrc_bad=%d' % (tg + tb, tg, tb))
     return 1 if tb else 0
 

@@ -34,6 +34,7 @@ const (
 	// of a cell ends after -timeout (50 s).
 	guestLimit = 40
 	netns      = "roce-host"
+	bridge     = "br-roce"
 	hostIP     = "198.18.0.1"
 	guestIP    = "198.18.0.2"
 	oobPort    = 18515
@@ -111,6 +112,7 @@ func run(here, runRe, dirs string, noBuild, keep bool, retries int, timeout time
 	}
 	wasUp := guestAlive(art)
 	cleanup := func() {
+		clearLoss() // a loss cell's rules, if an interrupt cut it short
 		if keep || wasUp {
 			fmt.Println("== guest A left running (-keep, or it was running before)")
 			return
@@ -136,6 +138,7 @@ func run(here, runRe, dirs string, noBuild, keep bool, retries int, timeout time
 		loud("guest A has no rxe0 GID at index 1: %v %s", err, b)
 		return 2
 	}
+	clearLoss() // rules an interrupted run left
 	r := &runner{here: here, bin: bin, out: out, timeout: timeout}
 	var results []result
 	for _, c := range matrix() {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -21,10 +22,19 @@ type cell struct {
 	// real server waits forever for the lost messages (as it would behind
 	// any slow receiver).
 	paced bool
+	// hostArgs: flags only goroce's side gets.
+	hostArgs []string
+	// loss: per mille of the RoCE packets nftables drops each way, on
+	// top of 2 ‰ it corrupts (loss.go); 0 for a lossless cell.
+	loss int
 }
 
 func (c cell) name() string {
-	return strings.TrimSpace(c.tool + " " + strings.Join(c.args, " "))
+	n := strings.TrimSpace(c.tool + " " + strings.Join(c.args, " "))
+	if c.loss > 0 {
+		n += fmt.Sprintf(" loss=%g%%", float64(c.loss)/10)
+	}
+	return n
 }
 
 // matrix returns the cells the harness runs, each in both directions:
@@ -65,5 +75,32 @@ func matrix() []cell {
 		cell{tool: "ud_pingpong", guestTool: "ibv_ud_pingpong", kind: "pp", args: []string{"-n", strconv.Itoa(n), "-s", "512"}, size: 512, iters: n, pending: true},
 		cell{tool: "uc_pingpong", guestTool: "ibv_uc_pingpong", kind: "pp", args: []string{"-n", strconv.Itoa(n)}, size: 4096, iters: n},
 	)
+	// Loss cells: RC with rdma-core's and goroce's defaults (retry_cnt 7,
+	// timeout 14) through nftables rules on the bridge that drop loss ‰
+	// and corrupt 2 ‰ of the RoCE packets each way. rc_pingpong's SENDs
+	// of 64 KiB to 4 MiB are the messages; every loss rate at 1 MiB, the
+	// other sizes at 2 % and 5 %. The iterations are enough for each run
+	// to see drops and corruptions each way, and few enough for the
+	// emulated guest to finish in seconds.
+	//
+	// goroce's rc_pingpong waits 30 s, not its default 5 s, for a
+	// completion: rxe, sending, ignores a sequence NAK that comes before
+	// an ACK has ended its previous retry, and then resends only when its
+	// 67 ms ACK timer fires, so at 5 % loss its 4 MiB message takes about
+	// 15 s (docs/INTEROP.md, "Loss cells").
+	pp := func(size, iters, loss int) {
+		cs = append(cs, cell{tool: "rc_pingpong", guestTool: "ibv_rc_pingpong", kind: "pp",
+			args: []string{"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}, hostArgs: []string{"--timeout=30s"},
+			size: size, iters: iters, loss: loss})
+	}
+	pp(1<<20, 5, 1)
+	pp(1<<20, 5, 10)
+	pp(1<<20, 5, 20)
+	pp(1<<20, 3, 50)
+	for _, loss := range []int{20, 50} {
+		pp(64<<10, 50, loss)
+	}
+	pp(4<<20, 2, 20)
+	pp(4<<20, 1, 50)
 	return cs
 }

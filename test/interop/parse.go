@@ -162,3 +162,53 @@ func summary(c cell, r report) string {
 		return fmt.Sprintf("%.1f us/it", r.values[2])
 	}
 }
+
+var countersLine = regexp.MustCompile(`(?m)^counters:((?: [a-z0-9_]+=\d+)*)\s*$`)
+
+// parseCounters reads the line goroce's tools print at exit with
+// GOROCE_PRINT_COUNTERS=1, "counters: name=value ..."; nil without one.
+func parseCounters(out string) map[string]uint64 {
+	m := countersLine.FindStringSubmatch(out)
+	if m == nil {
+		return nil
+	}
+	c := map[string]uint64{}
+	for _, kv := range strings.Fields(m[1]) {
+		k, v, _ := strings.Cut(kv, "=")
+		c[k], _ = strconv.ParseUint(v, 10, 64)
+	}
+	return c
+}
+
+// parseHWCounters reads rxe's port counters as `grep . *` prints them in
+// its hw_counters folder: "name:value" lines.
+func parseHWCounters(out string) map[string]uint64 {
+	c := map[string]uint64{}
+	for _, l := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if n, err := strconv.ParseUint(v, 10, 64); ok && err == nil {
+			c[k] = n
+		}
+	}
+	return c
+}
+
+// recoveryCounters are the counters, goroce's and rxe's alike, that show
+// how a run recovered from loss: a note names those that are not 0.
+var recoveryCounters = []string{"early_go_backs", "completer_retry_err", "rcvd_seq_err", "retry_exceeded_err",
+	"duplicate_request", "out_of_seq_request", "icrc_errors", "socket_drops"}
+
+// recoveryNote is "who name=value ..." for the recovery counters of c
+// that are not 0, or "" if all are.
+func recoveryNote(who string, c map[string]uint64) string {
+	var b strings.Builder
+	for _, k := range recoveryCounters {
+		if c[k] != 0 {
+			fmt.Fprintf(&b, " %s=%d", k, c[k])
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return who + b.String()
+}

@@ -42,6 +42,17 @@ func (r *runner) one(c cell, dir, tag string) result {
 		return res
 	}
 	base := filepath.Join(r.out, tag)
+	var l *loss
+	var rxe0 map[string]uint64
+	if c.loss > 0 {
+		rxe0 = r.rxeCounters()
+		var err error
+		if l, err = startLoss(c.loss); err != nil {
+			res.note = err.Error()
+			return res
+		}
+		defer l.stop()
+	}
 	pcap := base + ".pcap"
 	stop, err := capture(pcap)
 	if err != nil {
@@ -58,14 +69,20 @@ func (r *runner) one(c cell, dir, tag string) result {
 		cliOut, srvOut, cliErr, srvErr, err = r.goServer(ctx, c)
 	}
 	stop()
+	var nc nftCounts
+	var ncErr error
+	if l != nil {
+		nc, ncErr = l.counters()
+		l.stop()
+	}
 	_ = os.WriteFile(base+".client.txt", []byte(cliOut), 0o644)
 	_ = os.WriteFile(base+".server.txt", []byte(srvOut), 0o644)
+	goOut, guestOut := cliOut, srvOut
+	if dir == "A->go" {
+		goOut, guestOut = srvOut, cliOut
+	}
 	if errors.Is(err, errPending) {
 		res.status = "PEND"
-		goOut := cliOut
-		if dir == "A->go" {
-			goOut = srvOut
-		}
 		res.note = "goroce: " + firstLine(goOut)
 		_ = os.Remove(pcap)
 		return res
@@ -89,29 +106,52 @@ func (r *runner) one(c cell, dir, tag string) result {
 	if why != "" {
 		notes = append(notes, "server: "+why)
 	}
-	pk, bad, icrcOut, err := r.icrc(pcap)
+	total, flows, icrcOut, err := r.icrc(pcap)
 	_ = os.WriteFile(base+".icrc.txt", []byte(icrcOut), 0o644)
-	res.packets, res.bad = pk, bad
+	res.packets, res.bad = total.packets, total.bad
 	switch {
 	case err != nil:
 		notes = append(notes, err.Error())
-	case bad > 0:
-		notes = append(notes, fmt.Sprintf("%d bad ICRCs", bad))
-	case pk == 0:
+	case total.packets == 0:
 		notes = append(notes, "no RoCE packets captured")
+	case c.loss > 0:
+		// A loss cell's corrupted packets from the guest are captured
+		// with their bad ICRCs; lossCheck bounds them.
+	case total.bad > 0:
+		notes = append(notes, fmt.Sprintf("%d bad ICRCs", total.bad))
+	}
+	// What the run lost and how it recovered, pass or fail.
+	var info []string
+	if l != nil {
+		if ncErr != nil {
+			notes = append(notes, ncErr.Error())
+		} else {
+			_ = os.WriteFile(base+".nft.txt", []byte(lossSummary(nc)+"\n"), 0o644)
+			if err == nil {
+				notes = append(notes, lossCheck(nc, flows[hostIP+"->"+guestIP], flows[guestIP+"->"+hostIP])...)
+			}
+			info = append(info, lossSummary(nc))
+		}
+	}
+	if n := recoveryNote("goroce", parseCounters(goOut)); n != "" {
+		info = append(info, n)
+	}
+	if rxe0 != nil {
+		if rxe1 := r.rxeCounters(); rxe1 != nil {
+			for k := range rxe1 {
+				rxe1[k] -= rxe0[k]
+			}
+			if n := recoveryNote("rxe", rxe1); n != "" {
+				info = append(info, n)
+			}
+		}
 	}
 	if len(notes) == 0 {
 		res.status = "PASS"
-	} else {
-		guestOut := srvOut
-		if dir == "A->go" {
-			guestOut = cliOut
-		}
-		if w := clockWarning(guestOut); w != "" {
-			notes = append(notes, w)
-		}
+	} else if w := clockWarning(guestOut); w != "" {
+		notes = append(notes, w)
 	}
-	res.note = strings.Join(notes, "; ")
+	res.note = strings.Join(append(notes, info...), "; ")
 	return res
 }
 
@@ -165,7 +205,7 @@ func (r *runner) goClient(ctx context.Context, c cell) (cli, srv string, cliErr,
 	if g.exited() {
 		return "", guestOutput(g.buf.String()), nil, g.err, errors.New("guest server did not start")
 	}
-	h, err := start(exec.CommandContext(ctx, "ip", r.hostCmd(c, guestIP)...))
+	h, err := start(r.host(ctx, c, guestIP))
 	if err != nil {
 		return "", "", nil, nil, err
 	}
@@ -194,7 +234,7 @@ func (r *runner) goClient(ctx context.Context, c cell) (cli, srv string, cliErr,
 
 // goServer: goroce's server on the host, the real client in the guest.
 func (r *runner) goServer(ctx context.Context, c cell) (cli, srv string, cliErr, srvErr error, err error) {
-	h, err := start(exec.CommandContext(ctx, "ip", r.hostCmd(c, "")...))
+	h, err := start(r.host(ctx, c, ""))
 	if err != nil {
 		return "", "", nil, nil, err
 	}
