@@ -75,6 +75,16 @@ func matrix() []cell {
 		cell{tool: "ud_pingpong", guestTool: "ibv_ud_pingpong", kind: "pp", args: []string{"-n", strconv.Itoa(n), "-s", "512"}, size: 512, iters: n, pending: true},
 		cell{tool: "uc_pingpong", guestTool: "ibv_uc_pingpong", kind: "pp", args: []string{"-n", strconv.Itoa(n)}, size: 4096, iters: n},
 	)
+	// Several QPs streaming WRITEs into one receiver: goroce's into the
+	// guest's rxe, which sends no CNPs and drops what it cannot take, so
+	// the QPs' recovery must not give up on a peer that is only slow; and
+	// rxe's into goroce. perftest's #iterations counts every QP's.
+	writes := func(qps, iters, loss int) {
+		args := []string{"-s", "65536", "-n", strconv.Itoa(iters), "-q", strconv.Itoa(qps)}
+		cs = append(cs, cell{tool: "ib_write_bw", guestTool: "ib_write_bw", kind: "bw", args: args, size: 65536, iters: qps * iters, loss: loss})
+	}
+	writes(4, n, 0)
+	writes(8, n, 0)
 	// Loss cells: RC with rdma-core's and goroce's defaults (retry_cnt 7,
 	// timeout 14) through nftables rules on the bridge that drop loss ‰
 	// and corrupt 2 ‰ of the RoCE packets each way. rc_pingpong's SENDs
@@ -102,5 +112,7 @@ func matrix() []cell {
 	}
 	pp(4<<20, 2, 20)
 	pp(4<<20, 1, 50)
+	writes(4, 50, 10)
+	writes(8, 50, 10)
 	return cs
 }

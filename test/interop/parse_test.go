@@ -54,10 +54,10 @@ func TestMatrix(t *testing.T) {
 		}
 		seen[c.name()] = true
 	}
-	if len(seen) != 34 {
-		t.Errorf("%d cells, want 34", len(seen))
+	if len(seen) != 38 {
+		t.Errorf("%d cells, want 38", len(seen))
 	}
-	for _, name := range []string{"rc_pingpong -s 1048576 -n 5 loss=0.1%", "rc_pingpong -s 4194304 -n 1 loss=5%"} {
+	for _, name := range []string{"rc_pingpong -s 1048576 -n 5 loss=0.1%", "rc_pingpong -s 4194304 -n 1 loss=5%", "ib_write_bw -s 65536 -n 50 -q 8 loss=1%"} {
 		if !seen[name] {
 			t.Errorf("no cell %q", name)
 		}
