@@ -97,7 +97,7 @@ func matrix() []cell {
 	// completion: rxe, sending, ignores a sequence NAK that comes before
 	// an ACK has ended its previous retry, and then resends only when its
 	// 67 ms ACK timer fires, so at 5 % loss its 4 MiB message takes about
-	// 15 s (docs/INTEROP.md, "Loss cells").
+	// 12 s (docs/INTEROP.md, "Loss cells").
 	pp := func(size, iters, loss int) {
 		cs = append(cs, cell{tool: "rc_pingpong", guestTool: "ibv_rc_pingpong", kind: "pp",
 			args: []string{"-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}, hostArgs: []string{"--timeout=30s"},
