@@ -68,6 +68,8 @@ func TestWriteSchedule(t *testing.T) {
 		rec.mu.Lock()
 		rec.writes = rec.writes[:0]
 		rec.mu.Unlock()
+		goBacks := func() uint64 { c := da.Counters(); return c["early_go_backs"] + c["completer_retry_err"] }
+		before := goBacks()
 		// One post to an idle queue: the turn that sends it runs on this
 		// goroutine and writes all of it.
 		if _, err := ea.qp.PostSend(wrs); err != nil {
@@ -81,6 +83,12 @@ func TestWriteSchedule(t *testing.T) {
 		// arriving while the next case posts, would run a turn of its own
 		// on the reader's goroutine and split the next schedule.
 		acked(t, ea)
+		if n := goBacks() - before; n > 0 && len(got) > len(tc.want) {
+			// A loaded host held the ACKs up past an early go-back: the
+			// writes after the turn's are its resends, not the schedule.
+			t.Logf("%d WRITEs: %d go-backs resent in writes of %v", tc.wrs, n, got[len(tc.want):])
+			got = got[:len(tc.want)]
+		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%d WRITEs, the %dth signaled, went out in writes of %v packets, want %v", tc.wrs, tc.signaled, got, tc.want)
 		}
