@@ -430,9 +430,17 @@ func TestIDProbeIgnoresStrays(t *testing.T) {
 	case err := <-done:
 		t.Fatal(err)
 	}
+	// Source ports of 20 QPNs, none a's own port (a free port from the
+	// same range, which portSocket answers with the link's socket).
+	var sports []uint16
+	for qpn := uint32(0x50); len(sports) < 20; qpn++ {
+		if sp := link.SourcePort(qpn); sp != a.LocalAddr().Port() {
+			sports = append(sports, sp)
+		}
+	}
 	var ports []*portSocket
-	for i := range 20 {
-		ps, _ := connectedPort(t, a, link.SourcePort(uint32(0x50+i)), b.LocalAddr())
+	for _, sp := range sports {
+		ps, _ := connectedPort(t, a, sp, b.LocalAddr())
 		ports = append(ports, ps)
 	}
 	close(stop)
@@ -444,7 +452,7 @@ func TestIDProbeIgnoresStrays(t *testing.T) {
 			t.Fatalf("port socket %d: counter not learned", i)
 		}
 		want := ps.ids.next
-		src := netip.AddrPortFrom(a.LocalAddr().Addr(), link.SourcePort(uint32(0x50+i)))
+		src := netip.AddrPortFrom(a.LocalAddr().Addr(), sports[i])
 		a.wr.probe.drain()
 		if low := lowBytes(t, a, ps.sock.fd, src, 1, 1)[0]; low != byte(want) {
 			t.Errorf("port socket %d: next ID's low byte %#02x, learned %#02x", i, low, byte(want))
