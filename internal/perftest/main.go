@@ -38,7 +38,7 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	p.asTool()
-	if os.Getenv(PrintCountersEnv) == "1" {
+	if os.Getenv(stats.PrintCountersEnv) == "1" {
 		p.Counters = stderr
 	}
 	if path := os.Getenv(CPUProfileEnv); path != "" {
@@ -55,10 +55,6 @@ func Main(t Test, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
-
-// PrintCountersEnv names the environment variable that, set to 1, has a
-// tool print its device's counters on stderr when it ends (Params.Counters).
-const PrintCountersEnv = "GOROCE_PRINT_COUNTERS"
 
 // CPUProfileEnv names the environment variable that has a tool write a CPU
 // profile of its run to the file it names (runtime/pprof): the profiles

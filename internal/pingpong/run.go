@@ -43,7 +43,7 @@ func Run(ctx context.Context, kind Kind, argv0 string, args []string, stdout, st
 		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
 		return 1
 	}
-	o.printCounters = os.Getenv("GOROCE_PRINT_COUNTERS") == "1"
+	o.printCounters = os.Getenv(stats.PrintCountersEnv) == "1"
 	if err := pingpongMain(ctx, &o, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", argv0, err)
 		return 1

@@ -251,9 +251,13 @@ func (s Snapshot) Map() map[string]uint64 {
 	return m
 }
 
+// PrintCountersEnv names the environment variable that, set to 1, has
+// goroce's tools print their device's counters on stderr at exit (Line).
+const PrintCountersEnv = "GOROCE_PRINT_COUNTERS"
+
 // Line formats counters, name → value, as the tools print them at exit
-// with GOROCE_PRINT_COUNTERS=1: "counters:" and name=value pairs sorted
-// by name, on one line.
+// with PrintCountersEnv set: "counters:" and name=value pairs sorted by
+// name, on one line.
 func Line(c map[string]uint64) string {
 	var b strings.Builder
 	b.WriteString("counters:")

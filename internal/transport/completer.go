@@ -549,9 +549,6 @@ func (qp *QP) complete() {
 		// resending: it goes on from the oldest PSN still needed, where
 		// it would have got to, and never at PSNs those WQEs used.
 		qp.req.wqe, qp.req.offset = c.wqe, 0
-		if qp.req.psn.Before(c.psn) {
-			qp.req.psn = c.psn
-		}
-		qp.rewind(c.psn)
+		qp.skipAcked()
 	}
 }

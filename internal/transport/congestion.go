@@ -82,7 +82,7 @@ func (c *congestion) silent(maxPSN psn.PSN, flight, win int) {
 		c.saved, c.canUndo = c.window, true
 	}
 	if !c.recovering {
-		cur := min(c.limit(win), max(flight, minCwnd))
+		cur := min(c.limit(win), flight)
 		c.ssthresh = max(cur/2, minCwnd)
 		c.recover, c.recovering = maxPSN, true
 	}

@@ -166,6 +166,10 @@ func TestCongestion(t *testing.T) {
 	if c.limit(win) != win {
 		t.Fatalf("limit %d before any silence, want the send window", c.limit(win))
 	}
+	c.silent(psn.New(1000), minCwnd+1, win)
+	if c.limit(win) != win || c.canUndo {
+		t.Fatalf("a silence with %d PSNs in flight cut the window to %d", minCwnd+1, c.limit(win))
+	}
 	c.silent(psn.New(1000), 300, win)
 	if c.limit(win) != minCwnd || c.ssthresh != 150 {
 		t.Fatalf("after a silence with 300 in flight: cwnd %d ssthresh %d, want %d and 150", c.limit(win), c.ssthresh, minCwnd)
